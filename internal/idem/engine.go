@@ -1,0 +1,402 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for [Options].
+const (
+	DefaultRetention    = 24 * time.Hour
+	DefaultLease        = 5 * time.Minute // only when ctx has no deadline and Options.Lease is zero
+	DefaultSafetyMargin = 250 * time.Millisecond
+	maxMessageLen       = 1024
+	maxReserveRounds    = 4
+)
+
+// Options configure an [Engine]. Only Store is required; every other field
+// documents its zero value.
+type Options struct {
+	Store Store
+	// Retry bounds in-call retries and the per-key attempt cap.
+	Retry RetryPolicy
+	// Lease caps how long a reservation is owned. The lease ends at
+	// min(now+Lease, ctx deadline). Zero means up to the ctx deadline, or
+	// DefaultLease when ctx has none.
+	Lease time.Duration
+	// Retention is how long a record is kept (expires_at). Zero means 24h.
+	Retention time.Duration
+	// SafetyMargin is kept back from the end of the lease: the action's ctx
+	// ends that much earlier, and no retry sleep runs into it, so the
+	// completion write has time to land. Zero means 250ms.
+	SafetyMargin time.Duration
+	// UnknownAs is the class given to errors nothing classifies. Zero
+	// (ClassUnknown) means ClassPermanent.
+	UnknownAs Class
+	// Now is the clock. Nil means time.Now. The same clock stamps records
+	// and judges their expiry.
+	Now func() time.Time
+	// Sleep waits d or until ctx ends. Nil means a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Random returns a number in [0, 1) for jitter. Nil means math/rand/v2.
+	Random func() float64
+	// NewToken returns a fresh fencing token. Nil means 128 random bits in hex.
+	NewToken func() string
+	// Logger receives unknown errors, panics, lost leases and failed
+	// completion writes. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine runs actions at most once per key, as far as its Store allows (see
+// the README's "Guarantees and limits"). It is safe for concurrent use.
+type Engine struct {
+	o         Options
+	leaseLost atomic.Int64
+}
+
+// New returns an Engine, or an error naming the missing option.
+func New(o Options) (*Engine, error) {
+	if o.Store == nil {
+		return nil, errors.New("idem: Options.Store is required")
+	}
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.SafetyMargin <= 0 {
+		o.SafetyMargin = DefaultSafetyMargin
+	}
+	if o.UnknownAs == ClassUnknown {
+		o.UnknownAs = ClassPermanent
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	if o.Random == nil {
+		o.Random = mrand.Float64
+	}
+	if o.NewToken == nil {
+		o.NewToken = newToken
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Engine{o: o}, nil
+}
+
+// MaxAttempts returns the per-key attempt cap in force.
+func (e *Engine) MaxAttempts() int { return e.o.Retry.maxAttempts() }
+
+// LeaseLost returns how many completions were discarded because their lease
+// had been taken over.
+func (e *Engine) LeaseLost() int64 { return e.leaseLost.Load() }
+
+// Action is the work to run once per key. It returns the result to store
+// (any bytes; JSON by convention) or an error, classified with
+// [Transient], [Permanent] and friends. Errors nothing classifies are
+// treated as Options.UnknownAs.
+type Action func(ctx context.Context) ([]byte, error)
+
+// Outcome says what Do did.
+type Outcome struct {
+	Key string
+	// Status is the record's state after the call; empty when nothing about
+	// this call is stored.
+	Status Status
+	// Result is the stored result, on success or replay of a success.
+	Result []byte
+	// Replayed is true when the outcome was read from the store and the
+	// action did not run.
+	Replayed bool
+	// Stored is true when a record durably says what happened: SUCCEEDED,
+	// or a permanent FAILED. Adapters acknowledge a message only then.
+	Stored bool
+	// Attempts is the record's attempt count.
+	Attempts int
+	// Calls counts the executions of the action in this call.
+	Calls int
+	// Delays are the backoff delays slept in this call.
+	Delays []time.Duration
+	// Err is nil on success and replayed success.
+	Err *Error
+}
+
+// Do runs fn at most once for req.Key (see Store for the exact rules):
+//  1. It validates the request and reserves the key with one conditional
+//     write, before any work starts.
+//  2. A live record is replayed (SUCCEEDED, permanent FAILED), refused
+//     (IN_PROGRESS, KEY_REUSED), or taken over (ended lease, retryable
+//     failure) with a compare-and-swap.
+//  3. The owner runs fn, retrying transient failures with backoff, and
+//     completes or fails the record fenced by its token.
+//
+// The error is nil exactly when the outcome is a success; otherwise it is
+// Outcome.Err.
+func (e *Engine) Do(ctx context.Context, req Request, fn Action) (Outcome, error) {
+	out := e.do(ctx, req, fn)
+	if out.Err != nil {
+		return out, out.Err
+	}
+	return out, nil
+}
+
+func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
+	out := Outcome{Key: req.Key}
+	if err := ValidateKey(req.Key); err != nil {
+		out.Err = err.(*Error)
+		return out
+	}
+	if len(req.Fingerprint) != 64 {
+		out.Err = &Error{Code: CodeInvalidPayload, Message: "fingerprint must be 64 hex digits; build requests with NewRequest"}
+		return out
+	}
+	now := e.o.Now()
+	leaseUntil, ok := e.leaseEnd(ctx, now)
+	if !ok {
+		out.Err = &Error{Code: CodeDeadline, Message: "too little time left before the deadline to reserve the key", Retryable: true}
+		return out
+	}
+	res := Reservation{
+		Key:         req.Key,
+		Fingerprint: req.Fingerprint,
+		Token:       e.o.NewToken(),
+		Now:         now,
+		LeaseUntil:  leaseUntil,
+		ExpiresAt:   now.Add(e.o.Retention),
+	}
+
+	// Reserve before any work starts: a duplicate arriving from now on must
+	// see IN_PROGRESS, not an empty slot.
+	rec, acquired, err := e.o.Store.Reserve(ctx, res)
+	for round := 0; !acquired; round++ {
+		if err != nil {
+			out.Err = e.storeError("reserve", req.Key, err)
+			return out
+		}
+		if round == maxReserveRounds {
+			// Contention beyond reason; the caller retries later.
+			out.Err = &Error{Code: CodeInProgress, Message: "the key changed hands repeatedly while reserving it", Retryable: true}
+			return out
+		}
+		if rec.Key == "" {
+			// The record vanished (retention ended) between two calls.
+			rec, acquired, err = e.o.Store.Reserve(ctx, res)
+			continue
+		}
+		if rec.Fingerprint != req.Fingerprint {
+			out.Err = &Error{Code: CodeKeyReused, Message: "the key is already used with a different payload"}
+			return out
+		}
+		out.Attempts = rec.Attempts
+		switch {
+		case rec.Status == StatusSucceeded:
+			out.Status, out.Result, out.Replayed, out.Stored = rec.Status, rec.Result, true, true
+			return out
+		case rec.Status == StatusFailed && !rec.Retryable:
+			out.Status, out.Replayed, out.Stored = rec.Status, true, true
+			out.Err = &Error{Code: rec.ErrorCode, Message: rec.ErrorMessage}
+			return out
+		case rec.Claimable(now):
+			// Compare-and-swap on the previous owner's token: of racing
+			// take-overs exactly one wins, the others see its record.
+			rec, acquired, err = e.o.Store.TakeOver(ctx, rec, res)
+		default: // IN_PROGRESS with a live lease
+			out.Status = rec.Status
+			out.Err = &Error{Code: CodeInProgress, Message: "another worker holds the key", Retryable: true, RetryAfter: rec.LeaseUntil.Sub(now)}
+			return out
+		}
+	}
+	if err != nil {
+		out.Err = e.storeError("reserve", req.Key, err)
+		return out
+	}
+	return e.run(ctx, rec, res, fn)
+}
+
+// leaseEnd returns min(now+Lease, ctx deadline). ok is false when that
+// leaves no time to work beyond the safety margin. A lease that ends exactly
+// at the deadline is a lease: 0 time left never means "no deadline".
+func (e *Engine) leaseEnd(ctx context.Context, now time.Time) (time.Time, bool) {
+	end := now.Add(e.o.Lease)
+	deadline, has := ctx.Deadline()
+	switch {
+	case has && (e.o.Lease <= 0 || deadline.Before(end)):
+		end = deadline
+	case !has && e.o.Lease <= 0:
+		end = now.Add(DefaultLease)
+	}
+	return end, end.Sub(now) > e.o.SafetyMargin
+}
+
+// run executes fn as the owner of rec and records the outcome.
+func (e *Engine) run(ctx context.Context, rec Record, res Reservation, fn Action) Outcome {
+	out := Outcome{Key: rec.Key, Attempts: rec.Attempts}
+	p := e.o.Retry
+	maxAttempts := p.maxAttempts()
+	if rec.Attempts > maxAttempts {
+		// A crashed owner used the last attempt: record the verdict without
+		// running again. The take-over counted an attempt that never ran.
+		out.Attempts = rec.Attempts - 1
+		return e.fail(ctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used", out.Attempts)}, false)
+	}
+	workEnd := res.LeaseUntil.Add(-e.o.SafetyMargin)
+	runCtx, cancel := context.WithDeadline(ctx, workEnd)
+	defer cancel()
+	var slept time.Duration
+	for {
+		out.Calls++
+		result, err := e.call(runCtx, rec.Key, fn)
+		if err == nil {
+			return e.complete(ctx, out, res, result)
+		}
+		class := Classify(err)
+		if class == ClassUnknown {
+			e.o.Logger.Warn("unclassified action error", "key", rec.Key, "error", err.Error(), "type", fmt.Sprintf("%T", err), "treated_as", e.o.UnknownAs.String())
+			class = e.o.UnknownAs
+		}
+		switch class {
+		case ClassTransient:
+		case ClassOutcomeUnknown:
+			// The side effect may have happened: do not run it again.
+			return e.fail(ctx, out, res, &Error{Code: codeOf(err, "OUTCOME_UNKNOWN"), Message: err.Error(), Err: err}, false)
+		default:
+			return e.fail(ctx, out, res, &Error{Code: codeOf(err, CodePermanentFailure), Message: err.Error(), Err: err}, false)
+		}
+		if out.Attempts >= maxAttempts {
+			return e.fail(ctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
+		}
+		delay, ok := p.Delay(out.Calls, retryAfterOf(err), e.o.Random())
+		now := e.o.Now()
+		if !ok || now.Add(delay).After(workEnd) || (p.Budget > 0 && slept+delay > p.Budget) {
+			// Out of time or told to come back later: release the key so a
+			// redelivery can take it over.
+			return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), Retryable: true, RetryAfter: delay, Err: err}, true)
+		}
+		if serr := e.o.Sleep(runCtx, delay); serr != nil {
+			return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), Retryable: true, Err: err}, true)
+		}
+		slept += delay
+		out.Delays = append(out.Delays, delay)
+		out.Attempts++
+	}
+}
+
+// call runs fn, turning a panic into a permanent PANIC error.
+func (e *Engine) call(ctx context.Context, key string, fn Action) (result []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.o.Logger.Error("action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	return fn(ctx)
+}
+
+func (e *Engine) finish(res Reservation, attempts int) Finish {
+	now := e.o.Now()
+	return Finish{Key: res.Key, Token: res.Token, Now: now, Attempts: attempts, ExpiresAt: now.Add(e.o.Retention)}
+}
+
+func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, result []byte) Outcome {
+	f := e.finish(res, out.Attempts)
+	f.Result = result
+	err := e.write(ctx, func() error { return e.o.Store.Complete(ctx, f) })
+	if err == nil {
+		out.Status, out.Result, out.Stored = StatusSucceeded, result, true
+		return out
+	}
+	if ce, ok := errors.AsType[*ClassifiedError](err); ok && ce.Class == ClassPermanent && ce.Code == CodeResultTooLarge {
+		return e.fail(ctx, out, res, &Error{Code: CodeResultTooLarge, Message: err.Error(), Err: err}, false)
+	}
+	return e.writeFailed(out, "complete", err)
+}
+
+// fail records failure (released for a take-over when retryable) and
+// returns the outcome carrying it.
+func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool) Outcome {
+	failure.Retryable = retryable
+	if len(failure.Message) > maxMessageLen {
+		failure.Message = failure.Message[:maxMessageLen]
+	}
+	f := e.finish(res, out.Attempts)
+	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
+	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {
+		return e.writeFailed(out, "fail", err)
+	}
+	out.Status, out.Err = StatusFailed, failure
+	out.Stored = !retryable
+	return out
+}
+
+// write runs a completion write, retrying transient and outcome-unknown
+// failures: both writes are conditional on our token, so repeating one that
+// did land writes the same state again.
+func (e *Engine) write(ctx context.Context, op func() error) error {
+	p := e.o.Retry
+	var err error
+	for n := 1; ; n++ {
+		if err = op(); err == nil {
+			return nil
+		}
+		if c := Classify(err); (c != ClassTransient && c != ClassOutcomeUnknown) || n >= p.maxAttempts() {
+			return err
+		}
+		d, _ := p.Delay(n, 0, e.o.Random())
+		if e.o.Sleep(ctx, d) != nil {
+			return err
+		}
+	}
+}
+
+// writeFailed turns a failed completion write into the outcome. The work may
+// have been done; the record stays IN_PROGRESS with our token until its
+// lease ends.
+func (e *Engine) writeFailed(out Outcome, op string, err error) Outcome {
+	if errors.Is(err, ErrLeaseLost) {
+		e.leaseLost.Add(1)
+		e.o.Logger.Warn("lease lost: result discarded", "key", out.Key, "op", op, "attempts", out.Attempts)
+		out.Status, out.Result, out.Stored = "", nil, false
+		out.Err = &Error{Code: CodeLeaseLost, Message: "the lease was taken over before " + op + "; the result was discarded", Retryable: true, Err: err}
+		return out
+	}
+	e.o.Logger.Error("completion write failed", "key", out.Key, "op", op, "error", err.Error())
+	out.Status, out.Stored = StatusInProgress, false
+	out.Err = e.storeError(op, out.Key, err)
+	return out
+}
+
+// storeError maps a store failure to the engine's codes. Whatever its class,
+// nothing final is known to be stored, so adapters must not acknowledge.
+func (e *Engine) storeError(op, key string, err error) *Error {
+	if Classify(err) == ClassPermanent {
+		return &Error{Code: CodeStoreMisconfigured, Message: op + ": " + err.Error(), Err: err}
+	}
+	return &Error{Code: CodeStoreUnavailable, Message: op + ": " + err.Error(), Retryable: true, Err: err}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

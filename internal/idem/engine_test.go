@@ -1,0 +1,607 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/idem/idemtest"
+	"github.com/oncely/oncely/internal/idem/memstore"
+)
+
+// fakeClock is the engine's injected time: Sleep advances it and records
+// the delay instead of sleeping.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func newClock() *fakeClock { return &fakeClock{now: time.Now().Truncate(time.Millisecond)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sleeps = append(c.sleeps, d)
+	c.now = c.now.Add(d)
+	return nil
+}
+
+type fixture struct {
+	clock  *fakeClock
+	store  idem.Store
+	engine *idem.Engine
+	logs   *strings.Builder
+}
+
+// seedPolicy is the seed's: 3 attempts, 10ms base, no jitter.
+var seedPolicy = idem.RetryPolicy{MaxAttempts: 3, Base: 10 * time.Millisecond, Max: time.Second}
+
+func newFixture(t *testing.T, mod ...func(*idem.Options)) *fixture {
+	t.Helper()
+	f := &fixture{clock: newClock(), store: memstore.New(), logs: &strings.Builder{}}
+	o := idem.Options{
+		Store:  f.store,
+		Retry:  seedPolicy,
+		Lease:  time.Minute,
+		Now:    f.clock.Now,
+		Sleep:  f.clock.Sleep,
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: f.logs}, nil)),
+	}
+	for _, m := range mod {
+		m(&o)
+	}
+	e, err := idem.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.engine = e
+	return f
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func req(t *testing.T, key, payload string) idem.Request {
+	t.Helper()
+	r, err := idem.NewRequest(key, []byte(payload))
+	if err != nil {
+		t.Fatalf("NewRequest(%q, %s): %v", key, payload, err)
+	}
+	return r
+}
+
+// counter is an action that counts its calls and follows a script of errors.
+type counter struct {
+	calls  atomic.Int64
+	script []error // error for call i; calls beyond the script succeed
+	result []byte
+}
+
+func (c *counter) run(ctx context.Context) ([]byte, error) {
+	n := int(c.calls.Add(1))
+	if n <= len(c.script) && c.script[n-1] != nil {
+		return nil, c.script[n-1]
+	}
+	if c.result == nil {
+		return []byte(`{"sent":true}`), nil
+	}
+	return c.result, nil
+}
+
+func errCode(err error) idem.Code {
+	var e *idem.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+var errBoom = errors.New("boom")
+
+// --- The seed's scenarios ---
+
+func TestSeed1TransientThenSuccess(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{script: []error{idem.Transient(errBoom)}}
+	out, err := f.engine.Do(context.Background(), req(t, "evt:release-42:notify", `{"id":"release-42"}`), act.run)
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if out.Attempts != 2 || act.calls.Load() != 2 {
+		t.Errorf("attempts %d, calls %d; want 2, 2", out.Attempts, act.calls.Load())
+	}
+	if diff := cmp.Diff([]time.Duration{10 * time.Millisecond}, out.Delays); diff != "" {
+		t.Errorf("delays (-want +got):\n%s", diff)
+	}
+	if rec := get(t, f, "evt:release-42:notify"); rec.Attempts != 2 || rec.Status != idem.StatusSucceeded {
+		t.Errorf("record %s attempts %d; want SUCCEEDED 2", rec.Status, rec.Attempts)
+	}
+}
+
+func TestSeed2DuplicateWithReorderedKeysReplays(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{result: []byte(`{"delivered":1}`)}
+	first, err := f.engine.Do(context.Background(), req(t, "evt:release-42:notify", `{"id":"release-42","n":1}`), act.run)
+	if err != nil || first.Replayed {
+		t.Fatalf("first Do: %+v %v", first, err)
+	}
+	second, err := f.engine.Do(context.Background(), req(t, "evt:release-42:notify", "{ \"n\" : 1,\n \"id\":\"release-42\" }"), act.run)
+	if err != nil {
+		t.Fatalf("second Do: %v", err)
+	}
+	if !second.Replayed || string(second.Result) != `{"delivered":1}` || act.calls.Load() != 1 {
+		t.Errorf("second: replayed %v result %s calls %d; want replayed, stored result, 1 call", second.Replayed, second.Result, act.calls.Load())
+	}
+}
+
+func TestSeed3SameKeyOtherPayloadIsKeyReused(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{}
+	if _, err := f.engine.Do(context.Background(), req(t, "evt:release-42:notify", `{"id":"release-42","v":1}`), act.run); err != nil {
+		t.Fatal(err)
+	}
+	before := get(t, f, "evt:release-42:notify")
+	out, err := f.engine.Do(context.Background(), req(t, "evt:release-42:notify", `{"id":"release-42","v":2}`), act.run)
+	if !errors.Is(err, idem.ErrKeyReused) || out.Stored {
+		t.Fatalf("got %v (stored %v); want KEY_REUSED, not stored", err, out.Stored)
+	}
+	if act.calls.Load() != 1 {
+		t.Errorf("calls %d; want 1", act.calls.Load())
+	}
+	if diff := cmp.Diff(before, get(t, f, "evt:release-42:notify")); diff != "" {
+		t.Errorf("KEY_REUSED changed the record (-before +after):\n%s", diff)
+	}
+}
+
+func TestSeed4InvalidKey(t *testing.T) {
+	for _, key := range []string{"", "short", "evt:has space:notify", "evt:slash/x:notify", strings.Repeat("k", 129), "evt:é:notify"} {
+		t.Run(fmt.Sprintf("%.20q", key), func(t *testing.T) {
+			f := newFixture(t)
+			act := &counter{}
+			out, err := f.engine.Do(context.Background(), idem.Request{Key: key, Fingerprint: strings.Repeat("a", 64)}, act.run)
+			var e *idem.Error
+			if !errors.As(err, &e) || e.Code != idem.CodeInvalidKey || e.Retryable || e.Message == "" {
+				t.Fatalf("got %v; want a permanent INVALID_KEY with a message", err)
+			}
+			if act.calls.Load() != 0 || out.Stored {
+				t.Errorf("calls %d stored %v; want nothing run, nothing stored", act.calls.Load(), out.Stored)
+			}
+			if _, ok, _ := f.store.Get(context.Background(), key, f.clock.Now()); ok {
+				t.Errorf("a record was stored for an invalid key")
+			}
+			if _, err := idem.NewRequest(key, []byte(`{}`)); errCode(err) != idem.CodeInvalidKey {
+				t.Errorf("NewRequest = %v; want INVALID_KEY", err)
+			}
+		})
+	}
+	if err := idem.ValidateKey(strings.Repeat("k", 128)); err != nil {
+		t.Errorf("128-character key rejected: %v", err)
+	}
+	if err := idem.ValidateKey("evt:A_b-9"); err != nil {
+		t.Errorf("valid key rejected: %v", err)
+	}
+}
+
+func TestSeed5PermanentErrorRunsOnce(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{script: []error{idem.Permanent(errors.New("card declined"))}}
+	key := "evt:charge-7:charge"
+	out, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
+	if errCode(err) != idem.CodePermanentFailure || !out.Stored || out.Status != idem.StatusFailed {
+		t.Fatalf("got %v stored %v status %s; want stored PERMANENT_FAILURE", err, out.Stored, out.Status)
+	}
+	if act.calls.Load() != 1 || len(out.Delays) != 0 {
+		t.Errorf("calls %d delays %v; want 1 call, no delays", act.calls.Load(), out.Delays)
+	}
+	// The redelivery replays the stored error, code and message.
+	again, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
+	var e *idem.Error
+	if !errors.As(err, &e) || e.Code != idem.CodePermanentFailure || e.Message != "card declined" || !again.Replayed {
+		t.Fatalf("replay got %v (replayed %v); want PERMANENT_FAILURE: card declined, replayed", err, again.Replayed)
+	}
+	if act.calls.Load() != 1 {
+		t.Errorf("replay ran the action: calls %d", act.calls.Load())
+	}
+}
+
+func TestSeed6ThreeTransientErrorsExhaust(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{script: []error{idem.Transient(errBoom), idem.Transient(errBoom), idem.Transient(errBoom)}}
+	key := "evt:release-43:notify"
+	out, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
+	if !errors.Is(err, idem.ErrRetryExhausted) || !out.Stored {
+		t.Fatalf("got %v stored %v; want stored RETRY_EXHAUSTED", err, out.Stored)
+	}
+	if act.calls.Load() != 3 {
+		t.Errorf("calls %d; want 3", act.calls.Load())
+	}
+	if diff := cmp.Diff([]time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, out.Delays); diff != "" {
+		t.Errorf("delays (-want +got):\n%s", diff)
+	}
+	rec := get(t, f, key)
+	if rec.Status != idem.StatusFailed || rec.Retryable || rec.ErrorCode != idem.CodeRetryExhausted || rec.Attempts != 3 {
+		t.Errorf("record %s retryable %v code %s attempts %d; want permanent FAILED RETRY_EXHAUSTED 3", rec.Status, rec.Retryable, rec.ErrorCode, rec.Attempts)
+	}
+	// Permanent: the next delivery replays it.
+	if _, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run); !errors.Is(err, idem.ErrRetryExhausted) || act.calls.Load() != 3 {
+		t.Errorf("redelivery: %v, calls %d; want replayed RETRY_EXHAUSTED, 3 calls", err, act.calls.Load())
+	}
+}
+
+func TestSeed7ConcurrentCallsOneExecution(t *testing.T) {
+	f := newFixture(t)
+	var calls atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	slow := func(ctx context.Context) ([]byte, error) {
+		calls.Add(1)
+		close(started)
+		<-release
+		return []byte(`"done"`), nil
+	}
+	r := req(t, "evt:release-44:notify", `{}`)
+	done := make(chan error)
+	go func() { _, err := f.engine.Do(context.Background(), r, slow); done <- err }()
+	<-started
+	out, err := f.engine.Do(context.Background(), r, slow)
+	var e *idem.Error
+	if !errors.As(err, &e) || e.Code != idem.CodeInProgress || !e.Retryable || e.RetryAfter <= 0 || out.Stored {
+		t.Fatalf("concurrent Do = %v (stored %v); want retryable IN_PROGRESS with RetryAfter", err, out.Stored)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("first Do: %v", err)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("executions %d; want 1", calls.Load())
+	}
+}
+
+func TestSeed8DifferentEventsSamePayloadBothRun(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{}
+	for _, key := range []string{"evt:release-45:notify", "evt:release-46:notify"} {
+		if out, err := f.engine.Do(context.Background(), req(t, key, `{"same":true}`), act.run); err != nil || out.Replayed {
+			t.Fatalf("Do(%s) = %+v, %v", key, out, err)
+		}
+	}
+	if act.calls.Load() != 2 {
+		t.Errorf("executions %d; want 2", act.calls.Load())
+	}
+}
+
+// --- Leases, fencing, retention ---
+
+func TestLeaseExpiryAllowsTakeOverAndCountsAttempts(t *testing.T) {
+	f := newFixture(t)
+	key := "evt:crash-1:notify"
+	r := req(t, key, `{}`)
+	// A worker reserves and "crashes": its action never returns in time.
+	crashed := make(chan struct{})
+	go func() {
+		_, _ = f.engine.Do(context.Background(), r, func(ctx context.Context) ([]byte, error) {
+			close(crashed)
+			<-dead(t) // never returns while the test runs: the process died
+			return nil, errBoom
+		})
+	}()
+	<-crashed
+	act := &counter{}
+	if _, err := f.engine.Do(context.Background(), r, act.run); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("before the lease ends: %v; want IN_PROGRESS", err)
+	}
+	f.clock.Advance(time.Minute) // exactly at the lease's end: it has ended
+	out, err := f.engine.Do(context.Background(), r, act.run)
+	if err != nil || out.Replayed || act.calls.Load() != 1 {
+		t.Fatalf("after the lease: %+v %v calls %d; want a take-over that runs once", out, err, act.calls.Load())
+	}
+	if rec := get(t, f, key); rec.Attempts != 2 || rec.Status != idem.StatusSucceeded {
+		t.Errorf("record attempts %d status %s; want 2 SUCCEEDED", rec.Attempts, rec.Status)
+	}
+}
+
+func TestFencedCompletionAfterTakeOverGetsLeaseLost(t *testing.T) {
+	f := newFixture(t)
+	key := "evt:slow-1:notify"
+	r := req(t, key, `{}`)
+	inAction, finish := make(chan struct{}), make(chan struct{})
+	slowDone := make(chan idem.Outcome)
+	go func() {
+		out, _ := f.engine.Do(context.Background(), r, func(ctx context.Context) ([]byte, error) {
+			close(inAction)
+			<-finish
+			return []byte(`"late"`), nil
+		})
+		slowDone <- out
+	}()
+	<-inAction
+	f.clock.Advance(2 * time.Minute)
+	newOwner, err := f.engine.Do(context.Background(), r, func(context.Context) ([]byte, error) { return []byte(`"new"`), nil })
+	if err != nil || newOwner.Replayed {
+		t.Fatalf("take-over: %+v %v", newOwner, err)
+	}
+	close(finish)
+	late := <-slowDone
+	if late.Err == nil || late.Err.Code != idem.CodeLeaseLost || late.Stored || late.Result != nil {
+		t.Fatalf("late worker: %+v; want LEASE_LOST, nothing stored, result discarded", late)
+	}
+	if rec := get(t, f, key); string(rec.Result) != `"new"` {
+		t.Errorf("record result %s; want the new owner's \"new\"", rec.Result)
+	}
+	if f.engine.LeaseLost() != 1 || !strings.Contains(f.logs.String(), "lease lost") {
+		t.Errorf("lease-lost count %d, logs %q; want counted and logged", f.engine.LeaseLost(), f.logs.String())
+	}
+}
+
+func TestRetentionExpiryCountsAsAbsent(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Retention = time.Hour })
+	key := "evt:old-1:notify"
+	act := &counter{}
+	if _, err := f.engine.Do(context.Background(), req(t, key, `{"v":1}`), act.run); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(59 * time.Minute)
+	if out, _ := f.engine.Do(context.Background(), req(t, key, `{"v":1}`), act.run); !out.Replayed {
+		t.Fatalf("inside retention: %+v; want replayed", out)
+	}
+	f.clock.Advance(time.Minute) // the store still holds it: TTL deletion lags
+	out, err := f.engine.Do(context.Background(), req(t, key, `{"v":2}`), act.run)
+	if err != nil || out.Replayed || act.calls.Load() != 2 || out.Attempts != 1 {
+		t.Fatalf("after retention: %+v %v calls %d; want a fresh run with attempts 1", out, err, act.calls.Load())
+	}
+}
+
+func TestFalsyResultsReplayWithoutRerunning(t *testing.T) {
+	for name, result := range idemtest.Shapes {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			f := newFixture(t)
+			act := &counter{result: result}
+			key := "evt:falsy-1:notify"
+			if _, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run); err != nil {
+				t.Fatal(err)
+			}
+			out, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
+			if err != nil || !out.Replayed || string(out.Result) != string(result) || out.Result == nil {
+				t.Fatalf("replay: %+v %v; want replayed %q", out, err, result)
+			}
+			if act.calls.Load() != 1 {
+				t.Errorf("calls %d; want 1", act.calls.Load())
+			}
+		})
+	}
+}
+
+func TestDeadlineCutsBackoffShort(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) {
+		o.Lease = 0 // up to the ctx deadline
+		o.Retry = idem.RetryPolicy{MaxAttempts: 10, Base: 10 * time.Minute, Max: time.Hour}
+		o.SafetyMargin = time.Minute
+	})
+	start := f.clock.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(25*time.Minute))
+	defer cancel()
+	act := &counter{script: []error{idem.Transient(errBoom), idem.Transient(errBoom)}}
+	key := "evt:deadline-1:notify"
+	out, err := f.engine.Do(ctx, req(t, key, `{}`), act.run)
+	// Work must end by 25min-1min: sleeping 10min (to t=10m) fits; the next
+	// 20min (to t=30m) does not, so the key is released.
+	var e *idem.Error
+	if !errors.As(err, &e) || e.Code != idem.CodeTransientFailure || !e.Retryable || out.Stored {
+		t.Fatalf("got %v stored %v; want a released TRANSIENT_FAILURE", err, out.Stored)
+	}
+	if diff := cmp.Diff([]time.Duration{10 * time.Minute}, out.Delays); diff != "" {
+		t.Errorf("delays (-want +got):\n%s", diff)
+	}
+	rec := get(t, f, key)
+	if rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != 2 {
+		t.Errorf("record %s retryable %v attempts %d; want released (FAILED, retryable), 2 attempts", rec.Status, rec.Retryable, rec.Attempts)
+	}
+	if !rec.LeaseUntil.Equal(start.Add(25 * time.Minute)) {
+		t.Errorf("lease until %v; want the ctx deadline", rec.LeaseUntil)
+	}
+	// The redelivery takes the released key over and succeeds; attempts go on counting.
+	out, err = f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
+	if err != nil || out.Attempts != 3 {
+		t.Fatalf("redelivery: %+v %v; want success at attempt 3", out, err)
+	}
+}
+
+func TestNoReservationWithoutTimeLeft(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Lease = 0 })
+	for _, left := range []time.Duration{0, time.Millisecond, idem.DefaultSafetyMargin} {
+		ctx, cancel := context.WithDeadline(context.Background(), f.clock.Now().Add(left))
+		act := &counter{}
+		_, err := f.engine.Do(ctx, req(t, "evt:late-1:notify", `{}`), act.run)
+		cancel()
+		if errCode(err) != idem.CodeDeadline || act.calls.Load() != 0 {
+			t.Errorf("%v left: %v, calls %d; want DEADLINE and nothing run", left, err, act.calls.Load())
+		}
+	}
+	if _, ok, _ := f.store.Get(context.Background(), "evt:late-1:notify", f.clock.Now()); ok {
+		t.Errorf("a record was reserved with no time left")
+	}
+}
+
+func TestLeaseIsMinOfConfiguredAndDeadline(t *testing.T) {
+	tests := []struct {
+		name     string
+		lease    time.Duration
+		deadline time.Duration // 0: no deadline
+		want     time.Duration
+	}{
+		{"configured shorter", time.Minute, time.Hour, time.Minute},
+		{"deadline shorter", time.Hour, 30 * time.Second, 30 * time.Second},
+		{"up to deadline", 0, 40 * time.Second, 40 * time.Second},
+		{"no deadline no lease", 0, 0, idem.DefaultLease},
+		{"no deadline", 2 * time.Minute, 0, 2 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, func(o *idem.Options) { o.Lease = tt.lease })
+			ctx := context.Background()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, f.clock.Now().Add(tt.deadline))
+				defer cancel()
+			}
+			start := f.clock.Now()
+			var lease time.Time
+			_, err := f.engine.Do(ctx, req(t, "evt:lease-1:notify", `{}`), func(context.Context) ([]byte, error) {
+				rec := get(t, f, "evt:lease-1:notify")
+				lease = rec.LeaseUntil
+				return nil, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := lease.Sub(start); got != tt.want {
+				t.Errorf("lease %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRetryAfterHonouredAndCapped(t *testing.T) {
+	t.Run("within cap is slept", func(t *testing.T) {
+		f := newFixture(t)
+		act := &counter{script: []error{idem.TransientAfter(errBoom, 700*time.Millisecond)}}
+		out, err := f.engine.Do(context.Background(), req(t, "evt:ra-1:notify", `{}`), act.run)
+		if err != nil || !cmp.Equal(out.Delays, []time.Duration{700 * time.Millisecond}) {
+			t.Fatalf("got %v delays %v; want success after sleeping 700ms", err, out.Delays)
+		}
+	})
+	t.Run("beyond cap releases for redelivery", func(t *testing.T) {
+		f := newFixture(t)
+		act := &counter{script: []error{idem.TransientAfter(errBoom, 30*time.Second)}}
+		out, err := f.engine.Do(context.Background(), req(t, "evt:ra-2:notify", `{}`), act.run)
+		var e *idem.Error
+		if !errors.As(err, &e) || e.Code != idem.CodeTransientFailure || e.RetryAfter != 30*time.Second || len(out.Delays) != 0 {
+			t.Fatalf("got %v delays %v; want TRANSIENT_FAILURE with RetryAfter 30s, no sleep", err, out.Delays)
+		}
+		if act.calls.Load() != 1 {
+			t.Errorf("calls %d; want 1", act.calls.Load())
+		}
+	})
+}
+
+func TestBudgetCapsTotalSleep(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) {
+		o.Retry = idem.RetryPolicy{MaxAttempts: 10, Base: 10 * time.Millisecond, Max: time.Second, Budget: 35 * time.Millisecond}
+	})
+	act := &counter{script: []error{idem.Transient(errBoom), idem.Transient(errBoom), idem.Transient(errBoom), idem.Transient(errBoom)}}
+	out, err := f.engine.Do(context.Background(), req(t, "evt:budget-1:notify", `{}`), act.run)
+	if errCode(err) != idem.CodeTransientFailure || !cmp.Equal(out.Delays, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}) {
+		t.Fatalf("got %v delays %v; want TRANSIENT_FAILURE after [10ms 20ms] (40ms would pass the 35ms budget)", err, out.Delays)
+	}
+}
+
+func TestPanicBecomesPermanentFailure(t *testing.T) {
+	f := newFixture(t)
+	out, err := f.engine.Do(context.Background(), req(t, "evt:panic-1:notify", `{}`), func(context.Context) ([]byte, error) {
+		var m map[string]int
+		m["x"] = 1 // nil map write
+		return nil, nil
+	})
+	if errCode(err) != idem.CodePanic || !out.Stored || out.Err.Retryable {
+		t.Fatalf("got %v stored %v; want stored permanent PANIC", err, out.Stored)
+	}
+	if !strings.Contains(f.logs.String(), "goroutine") {
+		t.Errorf("panic stack not logged: %q", f.logs.String())
+	}
+}
+
+func TestUnknownErrorIsPermanentAndLogged(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{script: []error{errors.New("mystery")}}
+	out, err := f.engine.Do(context.Background(), req(t, "evt:unknown-1:notify", `{}`), act.run)
+	if errCode(err) != idem.CodePermanentFailure || !out.Stored || act.calls.Load() != 1 {
+		t.Fatalf("got %v stored %v calls %d; want stored PERMANENT_FAILURE after 1 call", err, out.Stored, act.calls.Load())
+	}
+	if !strings.Contains(f.logs.String(), "mystery") || !strings.Contains(f.logs.String(), "unclassified") {
+		t.Errorf("unknown error not logged with details: %q", f.logs.String())
+	}
+	g := newFixture(t, func(o *idem.Options) { o.UnknownAs = idem.ClassTransient })
+	act = &counter{script: []error{errors.New("mystery")}}
+	if _, err := g.engine.Do(context.Background(), req(t, "evt:unknown-2:notify", `{}`), act.run); err != nil || act.calls.Load() != 2 {
+		t.Errorf("UnknownAs transient: %v, calls %d; want retried to success", err, act.calls.Load())
+	}
+}
+
+func TestCustomPermanentCodeStoredAndReplayed(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{script: []error{idem.HTTPClassifier{}.Error(404, "", time.Time{})}}
+	key := "evt:code-1:notify"
+	if _, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run); errCode(err) != "HTTP_404" {
+		t.Fatalf("got %v; want HTTP_404", err)
+	}
+	if _, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run); errCode(err) != "HTTP_404" || act.calls.Load() != 1 {
+		t.Fatalf("replay got %v calls %d; want HTTP_404 replayed", err, act.calls.Load())
+	}
+}
+
+func TestCrashedLastAttemptIsExhaustedWithoutRunning(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Retry.MaxAttempts = 1 })
+	key := "evt:crash-2:notify"
+	r := req(t, key, `{}`)
+	crashed := make(chan struct{})
+	go func() {
+		_, _ = f.engine.Do(context.Background(), r, func(ctx context.Context) ([]byte, error) { close(crashed); <-dead(t); return nil, nil })
+	}()
+	<-crashed
+	f.clock.Advance(time.Hour / 2)
+	act := &counter{}
+	out, err := f.engine.Do(context.Background(), r, act.run)
+	if !errors.Is(err, idem.ErrRetryExhausted) || act.calls.Load() != 0 || !out.Stored || out.Attempts != 1 {
+		t.Fatalf("got %v calls %d stored %v attempts %d; want stored RETRY_EXHAUSTED, nothing run, 1 attempt", err, act.calls.Load(), out.Stored, out.Attempts)
+	}
+}
+
+func get(t *testing.T, f *fixture, key string) idem.Record {
+	t.Helper()
+	rec, ok, err := f.store.Get(context.Background(), key, f.clock.Now())
+	if err != nil || !ok {
+		t.Fatalf("Get(%s): found %v err %v", key, ok, err)
+	}
+	return rec
+}
+
+// dead returns a channel closed when the test ends: an action blocked on it
+// stands for a worker that crashed mid-action.
+func dead(t *testing.T) <-chan struct{} {
+	ch := make(chan struct{})
+	t.Cleanup(func() { close(ch) })
+	return ch
+}

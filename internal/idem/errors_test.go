@@ -1,0 +1,125 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+func TestClassify(t *testing.T) {
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	tests := []struct {
+		name string
+		err  error
+		want idem.Class
+	}{
+		{"nil", nil, idem.ClassUnknown},
+		{"plain", errors.New("x"), idem.ClassUnknown},
+		{"marked transient", idem.Transient(errors.New("x")), idem.ClassTransient},
+		{"marked permanent, wrapped", fmt.Errorf("ctx: %w", idem.Permanent(errors.New("x"))), idem.ClassPermanent},
+		{"outcome unknown", idem.OutcomeUnknown(errors.New("x")), idem.ClassOutcomeUnknown},
+		{"deadline", fmt.Errorf("post: %w", context.DeadlineExceeded), idem.ClassTransient},
+		{"canceled", context.Canceled, idem.ClassTransient},
+		{"net timeout", timeout, idem.ClassTransient},
+		{"conn reset", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, idem.ClassTransient},
+		{"conn refused", syscall.ECONNREFUSED, idem.ClassTransient},
+		{"unexpected eof", io.ErrUnexpectedEOF, idem.ClassTransient},
+		{"http 503", idem.HTTPClassifier{}.Error(503, "", time.Time{}), idem.ClassTransient},
+		{"http 500", idem.HTTPClassifier{}.Error(500, "", time.Time{}), idem.ClassPermanent},
+		// The class comes from the type, never from the message text.
+		{"message mentions timeout", errors.New("timeout 503 throttled"), idem.ClassUnknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := idem.Classify(tt.err); got != tt.want {
+				t.Errorf("Classify(%v) = %v; want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHTTPClassifier(t *testing.T) {
+	def := idem.HTTPClassifier{}
+	for status, want := range map[int]idem.Class{
+		429: idem.ClassTransient, 502: idem.ClassTransient, 503: idem.ClassTransient, 504: idem.ClassTransient,
+		400: idem.ClassPermanent, 401: idem.ClassPermanent, 403: idem.ClassPermanent, 404: idem.ClassPermanent,
+		409: idem.ClassPermanent, 422: idem.ClassPermanent, 418: idem.ClassPermanent,
+		500: idem.ClassPermanent, 501: idem.ClassPermanent, 599: idem.ClassPermanent,
+		302: idem.ClassUnknown,
+	} {
+		if got := def.Class(status); got != want {
+			t.Errorf("default Class(%d) = %v; want %v", status, got, want)
+		}
+	}
+	custom := idem.HTTPClassifier{Transient: map[int]bool{500: true}}
+	if custom.Class(500) != idem.ClassTransient || custom.Class(503) != idem.ClassPermanent {
+		t.Errorf("custom transient set not honoured: 500=%v 503=%v", custom.Class(500), custom.Class(503))
+	}
+	now := time.Now()
+	err := def.Error(429, "7", now)
+	var ce *idem.ClassifiedError
+	if !errors.As(err, &ce) || ce.RetryAfter != 7*time.Second || ce.Code != "HTTP_429" || ce.Error() != "HTTP 429" {
+		t.Fatalf("Error(429, 7) = %#v; want transient HTTP_429 with RetryAfter 7s", err)
+	}
+	var se *idem.HTTPStatusError
+	if !errors.As(err, &se) || se.Status != 429 {
+		t.Errorf("status not reachable through errors.As: %v", err)
+	}
+	if got := idem.DefaultTransientStatuses(); fmt.Sprint(got) != "[429 502 503 504]" {
+		t.Errorf("DefaultTransientStatuses() = %v", got)
+	}
+}
+
+func TestErrorMatchesSentinelsByCode(t *testing.T) {
+	err := fmt.Errorf("wrapped: %w", &idem.Error{Code: idem.CodeLeaseLost, Message: "taken over", Err: io.EOF})
+	if !errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrInProgress) {
+		t.Errorf("errors.Is by code failed for %v", err)
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Errorf("cause not reachable through Unwrap")
+	}
+	if got := (&idem.Error{Code: idem.CodeInProgress}).Error(); got != "IN_PROGRESS" {
+		t.Errorf("Error() = %q", got)
+	}
+	if got := err.Error(); got != "wrapped: LEASE_LOST: taken over" {
+		t.Errorf("Error() = %q", got)
+	}
+	for c, want := range map[idem.Class]string{idem.ClassUnknown: "unknown", idem.ClassTransient: "transient", idem.ClassPermanent: "permanent", idem.ClassOutcomeUnknown: "outcome_unknown"} {
+		if c.String() != want {
+			t.Errorf("Class(%d).String() = %q; want %q", c, c.String(), want)
+		}
+	}
+	if got := (&idem.ClassifiedError{Class: idem.ClassTransient}).Error(); got != "transient error" {
+		t.Errorf("empty ClassifiedError.Error() = %q", got)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	a, err := idem.Fingerprint([]byte(`{"id":"release-42","n":[1,2],"x":{"b":1,"a":2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := idem.Fingerprint([]byte("{\"x\":{\"a\":2,\"b\":1},\n \"n\":[1, 2], \"id\":\"release-42\"}"))
+	if a != b || len(a) != 64 {
+		t.Errorf("key order or whitespace changed the fingerprint: %s vs %s", a, b)
+	}
+	c, _ := idem.Fingerprint([]byte(`{"id":1234567890123456789}`))
+	d, _ := idem.Fingerprint([]byte(`{"id":1234567890123456788}`))
+	if c == d {
+		t.Errorf("19-digit ids differing in the last digit share a fingerprint")
+	}
+	if _, err := idem.Fingerprint([]byte(`{"id":`)); errCode(err) != idem.CodeInvalidPayload {
+		t.Errorf("invalid JSON: %v; want INVALID_PAYLOAD", err)
+	}
+	if _, err := idem.NewRequest("evt:ok-key:notify", []byte(`nope`)); errCode(err) != idem.CodeInvalidPayload {
+		t.Errorf("NewRequest with invalid JSON: %v; want INVALID_PAYLOAD", err)
+	}
+}

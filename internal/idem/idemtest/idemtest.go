@@ -1,0 +1,527 @@
+// Package idemtest holds the conformance suite every idem.Store must pass.
+// A driver's test is one call:
+//
+//	func TestConformance(t *testing.T) {
+//		idemtest.RunStoreTests(t, func(t *testing.T) idem.Store { return newStore(t) })
+//	}
+//
+// The suite uses unique keys, so one store (or one real table) may serve
+// every subtest. Times sit on whole seconds, because stores may keep
+// expires_at in epoch seconds.
+package idemtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+const (
+	fpA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	fpB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+// RunStoreTests runs every behaviour a Store must have against stores made
+// by newStore.
+func RunStoreTests(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s idem.Store)
+	}{
+		{"ReserveFreshKey", testReserveFresh},
+		{"DuplicateOfInProgressKey", testDuplicateInProgress},
+		{"DuplicateOfSucceededKey", testDuplicateSucceeded},
+		{"DuplicateOfFailedKey", testDuplicateFailed},
+		{"KeyReusedWithOtherFingerprintNeverOverwrites", testKeyReused},
+		{"ExpiredLeaseTakenOver", testExpiredLeaseTakenOver},
+		{"RetryableFailureTakenOver", testRetryableFailureTakenOver},
+		{"TakeOverIsCompareAndSwap", testTakeOverCAS},
+		{"LiveLeaseCannotBeTakenOver", testLiveLeaseNotTakenOver},
+		{"ExpiredRetentionCountsAsAbsent", testExpiredRetention},
+		{"CompleteAndFailFencedByToken", testFenced},
+		{"CompleteTwiceWithSameToken", testCompleteTwice},
+		{"ConcurrentReserveHasOneWinner", testConcurrentReserve},
+		{"ConcurrentTakeOverHasOneWinner", testConcurrentTakeOver},
+		{"ResultsOfEveryShapeRoundTrip", testResultShapes},
+		{"GetMissingKey", testGetMissing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.fn(t, newStore(t))
+		})
+	}
+}
+
+// base is a real epoch instant on a whole second: time arithmetic is tested
+// with real values, never with a zero time.
+func base() time.Time { return time.Now().Truncate(time.Second) }
+
+func uniqueKey(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	if len(name) > 90 {
+		name = name[len(name)-90:]
+	}
+	return "evt:" + name + ":" + hex.EncodeToString(b[:])
+}
+
+func token(t *testing.T) string {
+	t.Helper()
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func reservation(t *testing.T, key, fp string, now time.Time) idem.Reservation {
+	return idem.Reservation{
+		Key: key, Fingerprint: fp, Token: token(t), Now: now,
+		LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Hour),
+	}
+}
+
+func mustReserve(t *testing.T, s idem.Store, r idem.Reservation) idem.Record {
+	t.Helper()
+	rec, ok, err := s.Reserve(context.Background(), r)
+	if err != nil || !ok {
+		t.Fatalf("Reserve(%s) = acquired %v, err %v; want acquired", r.Key, ok, err)
+	}
+	return rec
+}
+
+func finish(r idem.Reservation, now time.Time, attempts int) idem.Finish {
+	return idem.Finish{Key: r.Key, Token: r.Token, Now: now, Attempts: attempts, ExpiresAt: now.Add(time.Hour)}
+}
+
+func mustGet(t *testing.T, s idem.Store, key string, now time.Time) idem.Record {
+	t.Helper()
+	rec, ok, err := s.Get(context.Background(), key, now)
+	if err != nil || !ok {
+		t.Fatalf("Get(%s) = found %v, err %v; want found", key, ok, err)
+	}
+	return rec
+}
+
+func testReserveFresh(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	rec := mustReserve(t, s, r)
+	want := idem.Record{
+		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: fpA, Attempts: 1, Token: r.Token,
+		LeaseUntil: r.LeaseUntil, ExpiresAt: r.ExpiresAt, CreatedAt: now, UpdatedAt: now,
+	}
+	if diff := cmp.Diff(want, rec); diff != "" {
+		t.Errorf("Reserve returned (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, mustGet(t, s, r.Key, now)); diff != "" {
+		t.Errorf("Get after Reserve (-want +got):\n%s", diff)
+	}
+}
+
+func testDuplicateInProgress(t *testing.T, s idem.Store) {
+	now := base()
+	first := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, first)
+	second := reservation(t, first.Key, fpA, now.Add(time.Second))
+	rec, ok, err := s.Reserve(context.Background(), second)
+	if err != nil || ok {
+		t.Fatalf("duplicate Reserve = acquired %v, err %v; want not acquired, nil", ok, err)
+	}
+	if rec.Status != idem.StatusInProgress || rec.Token != first.Token || rec.Attempts != 1 {
+		t.Errorf("duplicate Reserve returned status %s token %s attempts %d; want IN_PROGRESS, the first token, 1", rec.Status, rec.Token, rec.Attempts)
+	}
+	if rec.Claimable(second.Now) {
+		t.Errorf("a live lease is claimable")
+	}
+}
+
+func testDuplicateSucceeded(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now.Add(time.Second), 1)
+	f.Result = []byte(`{"status":202}`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	rec, ok, err := s.Reserve(context.Background(), reservation(t, r.Key, fpA, now.Add(2*time.Second)))
+	if err != nil || ok {
+		t.Fatalf("Reserve of succeeded key = acquired %v, err %v; want not acquired", ok, err)
+	}
+	if rec.Status != idem.StatusSucceeded || string(rec.Result) != `{"status":202}` || rec.Claimable(now.Add(time.Hour-time.Second)) {
+		t.Errorf("got status %s result %q; want SUCCEEDED with the stored result, not claimable", rec.Status, rec.Result)
+	}
+	if !rec.ExpiresAt.Equal(f.ExpiresAt) || !rec.UpdatedAt.Equal(f.Now) {
+		t.Errorf("got expires %v updated %v; want %v %v (retention restarts at completion)", rec.ExpiresAt, rec.UpdatedAt, f.ExpiresAt, f.Now)
+	}
+}
+
+func testDuplicateFailed(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.ErrorCode, f.ErrorMessage = "HTTP_404", "downstream said 404"
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	rec, ok, err := s.Reserve(context.Background(), reservation(t, r.Key, fpA, now))
+	if err != nil || ok {
+		t.Fatalf("Reserve of failed key = acquired %v, err %v; want not acquired", ok, err)
+	}
+	want := idem.Record{Status: idem.StatusFailed, ErrorCode: "HTTP_404", ErrorMessage: "downstream said 404", Retryable: false, Attempts: 1}
+	got := idem.Record{Status: rec.Status, ErrorCode: rec.ErrorCode, ErrorMessage: rec.ErrorMessage, Retryable: rec.Retryable, Attempts: rec.Attempts}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("failed record (-want +got):\n%s", diff)
+	}
+	if rec.Claimable(now) {
+		t.Errorf("a permanent failure is claimable")
+	}
+}
+
+func testKeyReused(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.ErrorCode, f.Retryable = "TRANSIENT_FAILURE", true
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	other := reservation(t, r.Key, fpB, now)
+	rec, ok, err := s.Reserve(context.Background(), other)
+	if err != nil || ok || rec.Fingerprint != fpA {
+		t.Fatalf("Reserve with other fingerprint = acquired %v, fp %s, err %v; want not acquired, original fp", ok, rec.Fingerprint, err)
+	}
+	// Even a claimable record is not taken over under another fingerprint.
+	if _, ok, err := s.TakeOver(context.Background(), rec, other); err != nil || ok {
+		t.Fatalf("TakeOver with other fingerprint = acquired %v, err %v; want refused", ok, err)
+	}
+	if got := mustGet(t, s, r.Key, now); got.Fingerprint != fpA || got.Token != r.Token {
+		t.Errorf("record overwritten: fp %s token %s; want fp %s token %s", got.Fingerprint, got.Token, fpA, r.Token)
+	}
+}
+
+func testExpiredLeaseTakenOver(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	r.LeaseUntil = now.Add(time.Second)
+	mustReserve(t, s, r)
+	later := now.Add(2 * time.Second)
+	next := reservation(t, r.Key, fpA, later)
+	prev, ok, err := s.Reserve(context.Background(), next)
+	if err != nil || ok {
+		t.Fatalf("Reserve over an ended lease = acquired %v, err %v; want not acquired (take-over is a separate CAS)", ok, err)
+	}
+	if !prev.Claimable(later) {
+		t.Fatalf("record with lease %v is not claimable at %v", prev.LeaseUntil, later)
+	}
+	rec, ok, err := s.TakeOver(context.Background(), prev, next)
+	if err != nil || !ok {
+		t.Fatalf("TakeOver = acquired %v, err %v; want acquired", ok, err)
+	}
+	if rec.Attempts != 2 || rec.Token != next.Token || rec.Status != idem.StatusInProgress || !rec.LeaseUntil.Equal(next.LeaseUntil) {
+		t.Errorf("after take-over: attempts %d token %s status %s lease %v; want 2, new token, IN_PROGRESS, %v", rec.Attempts, rec.Token, rec.Status, rec.LeaseUntil, next.LeaseUntil)
+	}
+	if !rec.CreatedAt.Equal(now) {
+		t.Errorf("take-over changed created_at to %v; want %v", rec.CreatedAt, now)
+	}
+	// The crashed owner wakes up: its completion is fenced off.
+	stale := finish(r, later, 1)
+	stale.Result = []byte(`"stale"`)
+	if err := s.Complete(context.Background(), stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("stale Complete = %v; want LEASE_LOST", err)
+	}
+	if got := mustGet(t, s, r.Key, later); got.Token != next.Token || got.Status != idem.StatusInProgress {
+		t.Errorf("stale Complete overwrote the new owner's record: %+v", got)
+	}
+}
+
+func testRetryableFailureTakenOver(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.ErrorCode, f.ErrorMessage, f.Retryable = "TRANSIENT_FAILURE", "503", true
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	next := reservation(t, r.Key, fpA, now)
+	prev, ok, err := s.Reserve(context.Background(), next)
+	if err != nil || ok || !prev.Claimable(now) {
+		t.Fatalf("Reserve over retryable failure = acquired %v claimable %v err %v; want a claimable record", ok, prev.Claimable(now), err)
+	}
+	rec, ok, err := s.TakeOver(context.Background(), prev, next)
+	if err != nil || !ok || rec.Attempts != 2 {
+		t.Fatalf("TakeOver = acquired %v attempts %d err %v; want acquired with attempts 2", ok, rec.Attempts, err)
+	}
+	if rec.ErrorCode != "" || rec.Retryable {
+		t.Errorf("take-over kept the old failure: code %q retryable %v", rec.ErrorCode, rec.Retryable)
+	}
+}
+
+func testTakeOverCAS(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	r.LeaseUntil = now.Add(time.Second)
+	mustReserve(t, s, r)
+	later := now.Add(5 * time.Second)
+	prev := mustGet(t, s, r.Key, later)
+	// The owner completes between our read and our swap.
+	f := finish(r, later, 1)
+	f.Result = []byte(`1`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	rec, ok, err := s.TakeOver(context.Background(), prev, reservation(t, r.Key, fpA, later))
+	if err != nil || ok {
+		t.Fatalf("TakeOver of a record that changed = acquired %v, err %v; want refused", ok, err)
+	}
+	if rec.Status != idem.StatusSucceeded || string(rec.Result) != "1" {
+		t.Errorf("refused TakeOver returned %s %q; want the current SUCCEEDED record", rec.Status, rec.Result)
+	}
+}
+
+func testLiveLeaseNotTakenOver(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	first := mustReserve(t, s, r)
+	// Even with the right previous token, a live lease is not claimable.
+	rec, ok, err := s.TakeOver(context.Background(), first, reservation(t, r.Key, fpA, now.Add(time.Second)))
+	if err != nil || ok {
+		t.Fatalf("TakeOver of a live lease = acquired %v, err %v; want refused", ok, err)
+	}
+	if rec.Token != r.Token {
+		t.Errorf("refused TakeOver returned token %s; want the owner's %s", rec.Token, r.Token)
+	}
+}
+
+func testExpiredRetention(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.ExpiresAt = now.Add(10 * time.Second)
+	f.Result = []byte(`"old"`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, ok, err := s.Get(context.Background(), r.Key, now.Add(9*time.Second)); err != nil || !ok {
+		t.Fatalf("Get before expiry = found %v, err %v; want found", ok, err)
+	}
+	after := now.Add(10 * time.Second) // expires_at itself counts as expired
+	if rec, ok, err := s.Get(context.Background(), r.Key, after); err != nil || ok {
+		t.Fatalf("Get at expires_at = found %v (%+v), err %v; want absent", ok, rec, err)
+	}
+	next := reservation(t, r.Key, fpB, after)
+	rec, ok, err := s.Reserve(context.Background(), next)
+	if err != nil || !ok {
+		t.Fatalf("Reserve after retention = acquired %v, err %v; want acquired", ok, err)
+	}
+	if rec.Attempts != 1 || rec.Fingerprint != fpB || rec.Result != nil {
+		t.Errorf("fresh record after retention: attempts %d fp %s result %q; want 1, new fp, no result", rec.Attempts, rec.Fingerprint, rec.Result)
+	}
+}
+
+func testFenced(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	wrong := finish(r, now, 1)
+	wrong.Token = token(t)
+	wrong.Result = []byte(`"intruder"`)
+	if err := s.Complete(context.Background(), wrong); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Complete with a stale token = %v; want LEASE_LOST", err)
+	}
+	wrong.ErrorCode = "X"
+	if err := s.Fail(context.Background(), wrong); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Fail with a stale token = %v; want LEASE_LOST", err)
+	}
+	missing := finish(reservation(t, uniqueKey(t), fpA, now), now, 1)
+	if err := s.Complete(context.Background(), missing); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Complete of a key never reserved = %v; want LEASE_LOST (and nothing created)", err)
+	}
+	if _, ok, _ := s.Get(context.Background(), missing.Key, now); ok {
+		t.Errorf("Complete of a key never reserved created a record")
+	}
+	if got := mustGet(t, s, r.Key, now); got.Status != idem.StatusInProgress || got.Token != r.Token {
+		t.Errorf("fenced writes changed the record: %+v", got)
+	}
+}
+
+func testCompleteTwice(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 2)
+	f.Result = []byte(`[1,2]`)
+	for i := range 2 {
+		if err := s.Complete(context.Background(), f); err != nil {
+			t.Fatalf("Complete #%d: %v", i+1, err)
+		}
+	}
+	if got := mustGet(t, s, r.Key, now); got.Status != idem.StatusSucceeded || string(got.Result) != "[1,2]" || got.Attempts != 2 {
+		t.Errorf("after two Completes: %s %q attempts %d; want SUCCEEDED [1,2] 2", got.Status, got.Result, got.Attempts)
+	}
+}
+
+func testConcurrentReserve(t *testing.T, s idem.Store) {
+	const n = 64
+	now := base()
+	key := uniqueKey(t)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []string
+		seen    = map[string]int{}
+	)
+	start := make(chan struct{})
+	for range n {
+		r := reservation(t, key, fpA, now)
+		wg.Go(func() {
+			<-start
+			rec, ok, err := s.Reserve(context.Background(), r)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("Reserve: %v", err)
+			case ok:
+				winners = append(winners, r.Token)
+			default:
+				seen[rec.Token]++
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d goroutines reserving one key: %d winners; want exactly 1", n, len(winners))
+	}
+	if seen[winners[0]] != n-1 {
+		t.Errorf("losers saw tokens %v; want all %d to see the winner's", seen, n-1)
+	}
+}
+
+func testConcurrentTakeOver(t *testing.T, s idem.Store) {
+	const n = 16
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	r.LeaseUntil = now.Add(time.Second)
+	mustReserve(t, s, r)
+	later := now.Add(3 * time.Second)
+	prev := mustGet(t, s, r.Key, later)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		won    []idem.Reservation
+		lost   []idem.Reservation
+		start  = make(chan struct{})
+		errsMu sync.Mutex
+	)
+	for range n {
+		next := reservation(t, r.Key, fpA, later)
+		wg.Go(func() {
+			<-start
+			_, ok, err := s.TakeOver(context.Background(), prev, next)
+			if err != nil {
+				errsMu.Lock()
+				t.Errorf("TakeOver: %v", err)
+				errsMu.Unlock()
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				won = append(won, next)
+			} else {
+				lost = append(lost, next)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("%d racing take-overs: %d winners; want exactly 1", n, len(won))
+	}
+	for _, l := range lost {
+		f := finish(l, later, 2)
+		f.Result = []byte(`"loser"`)
+		if err := s.Complete(context.Background(), f); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("loser's Complete = %v; want LEASE_LOST", err)
+		}
+	}
+	f := finish(won[0], later, 2)
+	f.Result = []byte(`"winner"`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Fatalf("winner's Complete: %v", err)
+	}
+	if got := mustGet(t, s, r.Key, later); string(got.Result) != `"winner"` || got.Attempts != 2 {
+		t.Errorf("final record %q attempts %d; want \"winner\", 2", got.Result, got.Attempts)
+	}
+}
+
+// Shapes are the results a store must return byte for byte, falsy ones first:
+// a store that drops 0, false, "", {}, [] or null makes the replay run the
+// action again.
+var Shapes = map[string][]byte{
+	"zero":          []byte(`0`),
+	"false":         []byte(`false`),
+	"empty string":  []byte(`""`),
+	"empty object":  []byte(`{}`),
+	"empty array":   []byte(`[]`),
+	"null":          []byte(`null`),
+	"empty bytes":   {},
+	"whitespace":    []byte(" {\"a\" : 1}\n"),
+	"unicode":       []byte(`{"msg":"héllo \u2028 😀"}`),
+	"big integer":   []byte(`12345678901234567891`),
+	"not json":      {0x00, 0xff, 0xfe, 0x80},
+	"large 100 KiB": []byte(`"` + strings.Repeat("x", 100*1024) + `"`),
+}
+
+func testResultShapes(t *testing.T, s idem.Store) {
+	for name, want := range Shapes {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			now := base()
+			r := reservation(t, uniqueKey(t), fpA, now)
+			mustReserve(t, s, r)
+			f := finish(r, now, 1)
+			f.Result = want
+			if err := s.Complete(context.Background(), f); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			got := mustGet(t, s, r.Key, now)
+			if got.Status != idem.StatusSucceeded || string(got.Result) != string(want) || got.Result == nil {
+				t.Errorf("Get: status %s result %s; want SUCCEEDED %s (non-nil)", got.Status, show(got.Result), show(want))
+			}
+			dup, _, err := s.Reserve(context.Background(), reservation(t, r.Key, fpA, now))
+			if err != nil || string(dup.Result) != string(want) || dup.Result == nil {
+				t.Errorf("duplicate Reserve: result %s err %v; want %s", show(dup.Result), err, show(want))
+			}
+		})
+	}
+}
+
+func show(b []byte) string {
+	if len(b) > 40 {
+		return fmt.Sprintf("%q…(%d bytes)", b[:40], len(b))
+	}
+	return fmt.Sprintf("%q", b)
+}
+
+func testGetMissing(t *testing.T, s idem.Store) {
+	if rec, ok, err := s.Get(context.Background(), uniqueKey(t), base()); err != nil || ok {
+		t.Errorf("Get of a missing key = %+v, found %v, err %v; want not found", rec, ok, err)
+	}
+}

@@ -1,0 +1,59 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/oncely/oncely/internal/canonjson"
+)
+
+// KeyPattern is the form every key must have. A key names the business
+// event and action (evt:<event-id>:<action>), never the delivery attempt.
+const KeyPattern = `^[A-Za-z0-9:_-]{8,128}$`
+
+// ValidateKey returns an INVALID_KEY *Error naming what is wrong with key, or nil.
+func ValidateKey(key string) error {
+	if len(key) < 8 || len(key) > 128 {
+		return &Error{Code: CodeInvalidKey, Message: fmt.Sprintf("key must be 8 to 128 characters, got %d", len(key))}
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == ':' || c == '_' || c == '-') {
+			return &Error{Code: CodeInvalidKey, Message: fmt.Sprintf("key has character %q at byte %d; allowed: A-Z a-z 0-9 : _ -", c, i)}
+		}
+	}
+	return nil
+}
+
+// Fingerprint returns the hex SHA-256 of payload's canonical JSON (see
+// package canonjson), or an INVALID_PAYLOAD *Error.
+func Fingerprint(payload []byte) (string, error) {
+	var buf [512]byte
+	canon, err := canonjson.Append(buf[:0], payload)
+	if err != nil {
+		return "", &Error{Code: CodeInvalidPayload, Message: err.Error(), Err: err}
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Request names one event: its key and its payload fingerprint, computed
+// once, before the action runs, so that an action that mutates its input
+// cannot change them.
+type Request struct {
+	Key         string
+	Fingerprint string
+}
+
+// NewRequest validates key and fingerprints payload.
+func NewRequest(key string, payload []byte) (Request, error) {
+	if err := ValidateKey(key); err != nil {
+		return Request{}, err
+	}
+	fp, err := Fingerprint(payload)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Key: key, Fingerprint: fp}, nil
+}

@@ -1,0 +1,140 @@
+// Package memstore is an in-memory idem.Store for tests and demos: single
+// process, lost on restart. It gives no protection across processes and
+// must not back a deployed function.
+package memstore
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// Store is an in-memory idem.Store. It is safe for concurrent use. The zero
+// value is not usable; call New.
+type Store struct {
+	mu      sync.Mutex
+	records map[string]idem.Record
+	poison  map[string]Poison
+}
+
+// Poison is a note about a message that could not be processed as an event.
+type Poison struct {
+	ID, Reason, BodySHA256 string
+	At                     time.Time
+}
+
+// New returns an empty Store.
+func New() *Store {
+	return &Store{records: map[string]idem.Record{}, poison: map[string]Poison{}}
+}
+
+// Reserve implements idem.Store.
+func (s *Store) Reserve(_ context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.records[r.Key]; ok && !old.Expired(r.Now) {
+		return clone(old), false, nil
+	}
+	rec := idem.Record{
+		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: 1,
+		Token: r.Token, LeaseUntil: r.LeaseUntil, ExpiresAt: r.ExpiresAt, CreatedAt: r.Now, UpdatedAt: r.Now,
+	}
+	s.records[r.Key] = rec
+	return clone(rec), true, nil
+}
+
+// TakeOver implements idem.Store.
+func (s *Store) TakeOver(_ context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.records[r.Key]
+	if !ok || old.Expired(r.Now) {
+		return idem.Record{}, false, nil
+	}
+	// Compare-and-swap: the record must still be the one the engine judged.
+	if old.Token != prev.Token || old.Status != prev.Status || old.Fingerprint != r.Fingerprint || !old.Claimable(r.Now) {
+		return clone(old), false, nil
+	}
+	rec := idem.Record{
+		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: old.Attempts + 1,
+		Token: r.Token, LeaseUntil: r.LeaseUntil, ExpiresAt: r.ExpiresAt, CreatedAt: old.CreatedAt, UpdatedAt: r.Now,
+	}
+	s.records[r.Key] = rec
+	return clone(rec), true, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(_ context.Context, f idem.Finish) error {
+	return s.finish(f, func(rec *idem.Record) {
+		rec.Status = idem.StatusSucceeded
+		rec.Result = slices.Clone(f.Result)
+		if rec.Result == nil {
+			rec.Result = []byte{}
+		}
+		rec.ErrorCode, rec.ErrorMessage, rec.Retryable = "", "", false
+	})
+}
+
+// Fail implements idem.Store.
+func (s *Store) Fail(_ context.Context, f idem.Finish) error {
+	return s.finish(f, func(rec *idem.Record) {
+		rec.Status = idem.StatusFailed
+		rec.Result = nil
+		rec.ErrorCode, rec.ErrorMessage, rec.Retryable = f.ErrorCode, f.ErrorMessage, f.Retryable
+	})
+}
+
+func (s *Store) finish(f idem.Finish, set func(*idem.Record)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[f.Key]
+	// Fenced: only the token holder writes. A stale owner must never
+	// overwrite the record of the one that took over.
+	if !ok || rec.Token != f.Token {
+		return idem.ErrLeaseLost
+	}
+	set(&rec)
+	rec.Attempts, rec.ExpiresAt, rec.UpdatedAt = f.Attempts, f.ExpiresAt, f.Now
+	s.records[f.Key] = rec
+	return nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(_ context.Context, key string, now time.Time) (idem.Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[key]
+	if !ok || rec.Expired(now) {
+		return idem.Record{}, false, nil
+	}
+	return clone(rec), true, nil
+}
+
+// PutPoison records a note about an unprocessable message under id.
+func (s *Store) PutPoison(_ context.Context, p Poison) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.poison[p.ID] = p
+	return nil
+}
+
+// Poisons returns the poison notes, for tests and demos.
+func (s *Store) Poisons() map[string]Poison {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Poison, len(s.poison))
+	for k, v := range s.poison {
+		out[k] = v
+	}
+	return out
+}
+
+func clone(r idem.Record) idem.Record {
+	if r.Result != nil {
+		r.Result = slices.Clone(r.Result)
+	}
+	return r
+}

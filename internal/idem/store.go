@@ -1,0 +1,120 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Status is a record's state.
+type Status string
+
+// The record states. A key is reserved IN_PROGRESS before any work starts,
+// and ends SUCCEEDED or FAILED.
+const (
+	StatusInProgress Status = "IN_PROGRESS"
+	StatusSucceeded  Status = "SUCCEEDED"
+	StatusFailed     Status = "FAILED"
+)
+
+// Record is what a store keeps for one key.
+type Record struct {
+	Key         string
+	Status      Status
+	Fingerprint string // hex SHA-256 of the canonical payload
+	Attempts    int    // executions of the action so far, across take-overs
+	Token       string // the current owner's fencing token
+	LeaseUntil  time.Time
+	ExpiresAt   time.Time // retention end; after it the record counts as absent
+	Result      []byte    // SUCCEEDED: the stored result, byte for byte
+	// FAILED: the stored failure. Retryable failures may be taken over.
+	ErrorCode    Code
+	ErrorMessage string
+	Retryable    bool
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Expired reports whether the record's retention has ended at now. An
+// expired record counts as absent, whatever the store still holds: DynamoDB
+// TTL deletes lazily, up to days late.
+func (r Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
+
+// Claimable reports whether a new owner may take the record over at now:
+// an IN_PROGRESS record whose lease has ended, or a retryable FAILED one.
+// A lease that ends exactly at now has ended.
+func (r Record) Claimable(now time.Time) bool {
+	switch r.Status {
+	case StatusInProgress:
+		return !now.Before(r.LeaseUntil)
+	case StatusFailed:
+		return r.Retryable
+	}
+	return false
+}
+
+// Reservation is a request to own a key.
+type Reservation struct {
+	Key         string
+	Fingerprint string
+	Token       string    // the new owner's fencing token, fresh and random
+	Now         time.Time // the engine's clock; stores compare expiry against it
+	LeaseUntil  time.Time
+	ExpiresAt   time.Time
+}
+
+// Finish is a request to complete or fail an owned key.
+type Finish struct {
+	Key       string
+	Token     string // must equal the stored token, or the store returns ErrLeaseLost
+	Now       time.Time
+	Attempts  int       // executions so far, written with the final state
+	ExpiresAt time.Time // retention restarts at completion
+	Result    []byte    // Complete only
+	// Fail only.
+	ErrorCode    Code
+	ErrorMessage string
+	Retryable    bool
+}
+
+// Store keeps records and makes the reservation atomic. Implementations must
+// be safe for concurrent use by many goroutines and processes (where their
+// backend allows). They classify their errors (transient, permanent,
+// outcome unknown: see [ClassifiedError]) and never retry on their own.
+//
+// Every method that writes is a single conditional operation: a store
+// never overwrites a record it was not entitled to overwrite.
+type Store interface {
+	// Reserve creates the record for r.Key as IN_PROGRESS with r.Token,
+	// Attempts 1, r.LeaseUntil and r.ExpiresAt, if no record exists or the
+	// existing one has expired at r.Now.
+	//
+	// If a live record exists, Reserve writes nothing and returns that
+	// record with acquired false and a nil error.
+	Reserve(ctx context.Context, r Reservation) (rec Record, acquired bool, err error)
+
+	// TakeOver replaces prev, a record the engine found Claimable, with an
+	// IN_PROGRESS record owned by r.Token, with Attempts prev.Attempts+1. It
+	// is a compare-and-swap: it succeeds only if the stored record still has
+	// prev's token and status, and r.Fingerprint. Of many racing take-overs
+	// of one record, exactly one succeeds.
+	//
+	// If the swap fails, TakeOver writes nothing and returns the record it
+	// found (zero Record with acquired false if it found none).
+	TakeOver(ctx context.Context, prev Record, r Reservation) (rec Record, acquired bool, err error)
+
+	// Complete marks f.Key SUCCEEDED with f.Result if the stored token is
+	// f.Token; otherwise it writes nothing and returns an error matching
+	// ErrLeaseLost. Completing twice with the same token is allowed and
+	// writes the same state. A result the store cannot hold gives a
+	// permanent error with code RESULT_TOO_LARGE naming the size and limit.
+	Complete(ctx context.Context, f Finish) error
+
+	// Fail marks f.Key FAILED with f's error fields if the stored token is
+	// f.Token; otherwise it writes nothing and returns ErrLeaseLost. A
+	// retryable failure releases the key for a take-over.
+	Fail(ctx context.Context, f Finish) error
+
+	// Get returns the record for key, with found false if there is none or
+	// it has expired at now. Reads are strongly consistent.
+	Get(ctx context.Context, key string, now time.Time) (rec Record, found bool, err error)
+}
