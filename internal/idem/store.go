@@ -118,3 +118,21 @@ type Store interface {
 	// it has expired at now. Reads are strongly consistent.
 	Get(ctx context.Context, key string, now time.Time) (rec Record, found bool, err error)
 }
+
+// Poison is a note about a message that could not be processed as an event
+// (not JSON, no key, an invalid key, a key reused with another payload).
+// It holds the reason and a digest of the body, never the body.
+type Poison struct {
+	ID         string // the message id
+	Reason     Code
+	Detail     string
+	BodySHA256 string
+	At         time.Time
+	ExpiresAt  time.Time
+}
+
+// PoisonRecorder stores poison notes. A message may be acknowledged only
+// after its note is stored.
+type PoisonRecorder interface {
+	RecordPoison(ctx context.Context, p Poison) error
+}

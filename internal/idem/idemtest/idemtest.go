@@ -54,6 +54,7 @@ func RunStoreTests(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		{"ConcurrentTakeOverHasOneWinner", testConcurrentTakeOver},
 		{"ResultsOfEveryShapeRoundTrip", testResultShapes},
 		{"GetMissingKey", testGetMissing},
+		{"RepeatedWriteWithOwnTokenIsOwned", testRepeatedOwnToken},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -523,5 +524,48 @@ func show(b []byte) string {
 func testGetMissing(t *testing.T, s idem.Store) {
 	if rec, ok, err := s.Get(context.Background(), uniqueKey(t), base()); err != nil || ok {
 		t.Errorf("Get of a missing key = %+v, found %v, err %v; want not found", rec, ok, err)
+	}
+}
+
+// A write whose reply was lost is re-sent (by the SDK or the engine). The
+// re-send finds the owner's own record and must report ownership, or the
+// owner would wait out its own lease.
+func testRepeatedOwnToken(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	rec, ok, err := s.Reserve(context.Background(), r)
+	if err != nil || !ok || rec.Token != r.Token || rec.Attempts != 1 {
+		t.Fatalf("repeated Reserve = acquired %v token %s attempts %d err %v; want owned, attempts 1", ok, rec.Token, rec.Attempts, err)
+	}
+	f := finish(r, now, 1)
+	f.ErrorCode, f.Retryable = "TRANSIENT_FAILURE", true
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	prev := mustGet(t, s, r.Key, now)
+	next := reservation(t, r.Key, fpA, now)
+	if _, ok, err := s.TakeOver(context.Background(), prev, next); err != nil || !ok {
+		t.Fatalf("TakeOver: acquired %v err %v", ok, err)
+	}
+	rec, ok, err = s.TakeOver(context.Background(), prev, next)
+	if err != nil || !ok || rec.Attempts != 2 {
+		t.Fatalf("repeated TakeOver = acquired %v attempts %d err %v; want owned, attempts still 2", ok, rec.Attempts, err)
+	}
+	// Another token's reservation is still refused.
+	if _, ok, _ := s.Reserve(context.Background(), reservation(t, r.Key, fpA, now)); ok {
+		t.Errorf("a different token acquired a live lease")
+	}
+}
+
+// RunPoisonTests checks a store's poison notes: stored, and stored again
+// without error for a redelivered message.
+func RunPoisonTests(t *testing.T, p idem.PoisonRecorder) {
+	now := base()
+	note := idem.Poison{ID: "msg-" + token(t), Reason: "NOT_JSON", Detail: "invalid character 'x'", BodySHA256: fpA, At: now, ExpiresAt: now.Add(time.Hour)}
+	for i := range 2 {
+		if err := p.RecordPoison(context.Background(), note); err != nil {
+			t.Fatalf("RecordPoison #%d: %v", i+1, err)
+		}
 	}
 }

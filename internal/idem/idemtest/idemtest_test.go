@@ -16,6 +16,11 @@ import (
 // The suite checks itself against the reference store.
 func TestRunStoreTestsOnMemstore(t *testing.T) {
 	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return memstore.New() })
+	s := memstore.New()
+	idemtest.RunPoisonTests(t, s)
+	if len(s.Poisons()) != 1 {
+		t.Errorf("poison notes %v; want 1", s.Poisons())
+	}
 }
 
 // Broken stores each break one rule. The suite must catch every one: a

@@ -17,18 +17,12 @@ import (
 type Store struct {
 	mu      sync.Mutex
 	records map[string]idem.Record
-	poison  map[string]Poison
-}
-
-// Poison is a note about a message that could not be processed as an event.
-type Poison struct {
-	ID, Reason, BodySHA256 string
-	At                     time.Time
+	poison  map[string]idem.Poison
 }
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{records: map[string]idem.Record{}, poison: map[string]Poison{}}
+	return &Store{records: map[string]idem.Record{}, poison: map[string]idem.Poison{}}
 }
 
 // Reserve implements idem.Store.
@@ -36,7 +30,9 @@ func (s *Store) Reserve(_ context.Context, r idem.Reservation) (idem.Record, boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.records[r.Key]; ok && !old.Expired(r.Now) {
-		return clone(old), false, nil
+		// A repeated request with the owner's own token is the owner.
+		owned := old.Token == r.Token && old.Status == idem.StatusInProgress
+		return clone(old), owned, nil
 	}
 	rec := idem.Record{
 		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: 1,
@@ -53,6 +49,9 @@ func (s *Store) TakeOver(_ context.Context, prev idem.Record, r idem.Reservation
 	old, ok := s.records[r.Key]
 	if !ok || old.Expired(r.Now) {
 		return idem.Record{}, false, nil
+	}
+	if old.Token == r.Token && old.Status == idem.StatusInProgress {
+		return clone(old), true, nil // a repeated take-over that already landed
 	}
 	// Compare-and-swap: the record must still be the one the engine judged.
 	if old.Token != prev.Token || old.Status != prev.Status || old.Fingerprint != r.Fingerprint || !old.Claimable(r.Now) {
@@ -113,8 +112,8 @@ func (s *Store) Get(_ context.Context, key string, now time.Time) (idem.Record, 
 	return clone(rec), true, nil
 }
 
-// PutPoison records a note about an unprocessable message under id.
-func (s *Store) PutPoison(_ context.Context, p Poison) error {
+// RecordPoison implements idem.PoisonRecorder.
+func (s *Store) RecordPoison(_ context.Context, p idem.Poison) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.poison[p.ID] = p
@@ -122,10 +121,10 @@ func (s *Store) PutPoison(_ context.Context, p Poison) error {
 }
 
 // Poisons returns the poison notes, for tests and demos.
-func (s *Store) Poisons() map[string]Poison {
+func (s *Store) Poisons() map[string]idem.Poison {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]Poison, len(s.poison))
+	out := make(map[string]idem.Poison, len(s.poison))
 	for k, v := range s.poison {
 		out[k] = v
 	}

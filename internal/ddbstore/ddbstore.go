@@ -1,0 +1,465 @@
+// Package ddbstore is the DynamoDB driver for idem.Store: the one that makes
+// the engine's guarantees hold across processes and machines.
+//
+// Every write is one conditional request. A reservation is a PutItem that
+// admits a fresh key or an expired record; a take-over is an UpdateItem that
+// compares and swaps the previous owner's token; completion is an UpdateItem
+// fenced by the owner's token. A duplicate costs one request: a failed
+// condition returns the existing item (ALL_OLD), with a consistent GetItem as
+// the fallback for servers that omit it.
+//
+// The driver classifies errors (see classify) and never retries: the SDK's
+// retryer already retries throttling and 5xx, and the engine owns the policy.
+// It contains no endpoint logic; the SDK honours AWS_ENDPOINT_URL_DYNAMODB.
+package ddbstore
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// Attribute names: the table contract in the README. TTLAttribute is the
+// table's TTL attribute; the SAM template must name the same one.
+const (
+	AttrPK          = "pk"
+	AttrStatus      = "status"
+	AttrFingerprint = "fingerprint"
+	AttrAttempts    = "attempts"
+	AttrToken       = "token"
+	AttrLeaseUntil  = "lease_until" // epoch milliseconds
+	AttrExpiresAt   = "expires_at"  // epoch seconds
+	AttrResult      = "result"      // B
+	AttrResultEnc   = "result_encoding"
+	AttrErrorCode   = "error_code"
+	AttrErrorMsg    = "error_message"
+	AttrRetryable   = "retryable"
+	AttrCreatedAt   = "created_at" // epoch milliseconds
+	AttrUpdatedAt   = "updated_at" // epoch milliseconds
+	AttrReason      = "reason"     // poison notes
+	AttrBodySHA256  = "body_sha256"
+	AttrDetail      = "detail"
+	TTLAttribute    = AttrExpiresAt
+	StatusPoison    = "POISON"
+	encodingGzip    = "gzip"
+	encodingNone    = "none"
+)
+
+// Item size limits. DynamoDB's limit is 400 KB, attribute names included.
+const (
+	// MaxItemBytes is DynamoDB's 400 KB read as 400,000 bytes: moto
+	// enforces 405,000, and a margin costs nothing.
+	MaxItemBytes = 400_000
+	// itemOverhead bounds everything in a record but the result: names,
+	// the key, status, fingerprint, token and numbers.
+	itemOverhead = 1024
+	// CompressAbove is the result size from which results are gzipped.
+	CompressAbove = 32 * 1024
+)
+
+// Client is the part of *dynamodb.Client the store uses. Any wrapper (for
+// counting or delaying calls) that keeps the semantics will do.
+type Client interface {
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+// Store is an idem.Store on one DynamoDB table. It is safe for concurrent use.
+type Store struct {
+	client    Client
+	table     string
+	namespace string
+}
+
+// New returns a Store on table, with keys stored as "<namespace>#<key>".
+func New(client Client, table, namespace string) (*Store, error) {
+	switch {
+	case client == nil:
+		return nil, errors.New("ddbstore: client is required")
+	case table == "":
+		return nil, errors.New("ddbstore: table name is required")
+	case namespace == "" || strings.Contains(namespace, "#"):
+		return nil, fmt.Errorf("ddbstore: namespace %q must be non-empty and must not contain '#'", namespace)
+	}
+	return &Store{client: client, table: table, namespace: namespace}, nil
+}
+
+// Table returns the table name.
+func (s *Store) Table() string { return s.table }
+
+func (s *Store) pk(key string) string { return s.namespace + "#" + key }
+
+// names maps the expression placeholders to attribute names; several of
+// them (status, token) are DynamoDB reserved words.
+func names(attrs ...string) map[string]string {
+	m := make(map[string]string, len(attrs))
+	for _, a := range attrs {
+		m["#"+a] = a
+	}
+	return m
+}
+
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func ms(t time.Time) types.AttributeValue {
+	return n(t.UnixMilli())
+}
+
+// epochSeconds rounds up, so that retention is never shortened. Expiry is
+// then "now >= expires_at", which holds exactly when floor(now) >= expires_at:
+// conditions compare against floor(now) in seconds.
+func epochSeconds(t time.Time) int64 {
+	s := t.Unix()
+	if t.After(time.Unix(s, 0)) {
+		s++
+	}
+	return s
+}
+
+// Reserve implements idem.Store with one conditional PutItem.
+func (s *Store) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	item := map[string]types.AttributeValue{
+		AttrPK:          str(s.pk(r.Key)),
+		AttrStatus:      str(string(idem.StatusInProgress)),
+		AttrFingerprint: str(r.Fingerprint),
+		AttrAttempts:    n(1),
+		AttrToken:       str(r.Token),
+		AttrLeaseUntil:  ms(r.LeaseUntil),
+		AttrExpiresAt:   n(epochSeconds(r.ExpiresAt)),
+		AttrCreatedAt:   ms(r.Now),
+		AttrUpdatedAt:   ms(r.Now),
+	}
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table,
+		Item:      item,
+		// Expired records count as absent: TTL deletion lags by up to days.
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #expires_at <= :now_s"),
+		ExpressionAttributeNames:            names(AttrPK, AttrExpiresAt),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now_s": n(r.Now.Unix())},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		rec, _ := decode(item, s.namespace)
+		return rec, true, nil
+	}
+	return s.conflict(ctx, "PutItem", r, err)
+}
+
+// conflict turns a write's error into the record that blocked it.
+func (s *Store) conflict(ctx context.Context, op string, r idem.Reservation, err error) (idem.Record, bool, error) {
+	ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	if !ok {
+		return idem.Record{}, false, s.classify(op, err)
+	}
+	var rec idem.Record
+	found := len(ccf.Item) > 0
+	if found {
+		if rec, err = decode(ccf.Item, s.namespace); err != nil {
+			return idem.Record{}, false, err
+		}
+	} else {
+		// Some servers omit Item on a failed condition: read it, strongly consistent.
+		if rec, found, err = s.Get(ctx, r.Key, r.Now); err != nil {
+			return idem.Record{}, false, err
+		}
+	}
+	if !found || rec.Expired(r.Now) {
+		return idem.Record{}, false, nil
+	}
+	// Our own write landed on an earlier try (the SDK re-sent it after a
+	// lost reply) and the re-send failed its condition: we are the owner.
+	if rec.Token == r.Token && rec.Status == idem.StatusInProgress {
+		return rec, true, nil
+	}
+	return rec, false, nil
+}
+
+// TakeOver implements idem.Store with one PutItem that compares and swaps
+// the previous owner's token. Replacing the whole item drops the old
+// failure fields without a REMOVE clause.
+func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	rec := idem.Record{
+		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: prev.Attempts + 1,
+		Token: r.Token, LeaseUntil: r.LeaseUntil, ExpiresAt: time.Unix(epochSeconds(r.ExpiresAt), 0),
+		CreatedAt: time.UnixMilli(prev.CreatedAt.UnixMilli()), UpdatedAt: time.UnixMilli(r.Now.UnixMilli()),
+	}
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table,
+		Item: map[string]types.AttributeValue{
+			AttrPK:          str(s.pk(r.Key)),
+			AttrStatus:      str(string(idem.StatusInProgress)),
+			AttrFingerprint: str(r.Fingerprint),
+			AttrAttempts:    n(int64(rec.Attempts)),
+			AttrToken:       str(r.Token),
+			AttrLeaseUntil:  ms(r.LeaseUntil),
+			AttrExpiresAt:   n(epochSeconds(r.ExpiresAt)),
+			AttrCreatedAt:   ms(prev.CreatedAt),
+			AttrUpdatedAt:   ms(r.Now),
+		},
+		// The swap holds only if nobody changed the record since the engine
+		// judged it claimable (same token, status and attempts), and the
+		// claimable rule is re-checked against the stored values.
+		ConditionExpression: aws.String("#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND " +
+			"#fingerprint = :fp AND #expires_at > :now_s AND " +
+			"((#status = :in_progress AND #lease_until <= :now_ms) OR (#status = :failed AND #retryable = :true))"),
+		ExpressionAttributeNames: names(AttrStatus, AttrToken, AttrAttempts, AttrLeaseUntil, AttrExpiresAt, AttrRetryable, AttrFingerprint),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":in_progress":   str(string(idem.StatusInProgress)),
+			":failed":        str(string(idem.StatusFailed)),
+			":now_ms":        ms(r.Now),
+			":now_s":         n(r.Now.Unix()),
+			":prev_token":    str(prev.Token),
+			":prev_status":   str(string(prev.Status)),
+			":prev_attempts": n(int64(prev.Attempts)),
+			":fp":            str(r.Fingerprint),
+			":true":          &types.AttributeValueMemberBOOL{Value: true},
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return rec, true, nil
+	}
+	return s.conflict(ctx, "PutItem", r, err)
+}
+
+// Complete implements idem.Store: one UpdateItem fenced by the token. The
+// record was written whole by Reserve or TakeOver with no result or failure
+// fields, so nothing needs removing.
+func (s *Store) Complete(ctx context.Context, f idem.Finish) error {
+	result, enc, err := encodeResult(f.Result, len(s.pk(f.Key)))
+	if err != nil {
+		return err
+	}
+	return s.finish(ctx, f,
+		"SET #status = :succeeded, #result = :result, #result_encoding = :enc, #attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms",
+		map[string]types.AttributeValue{
+			":succeeded": str(string(idem.StatusSucceeded)),
+			":result":    result,
+			":enc":       str(enc),
+		},
+		AttrResult, AttrResultEnc)
+}
+
+// Fail implements idem.Store: one UpdateItem fenced by the token.
+func (s *Store) Fail(ctx context.Context, f idem.Finish) error {
+	return s.finish(ctx, f,
+		"SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, "+
+			"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms",
+		map[string]types.AttributeValue{
+			":failed":    str(string(idem.StatusFailed)),
+			":code":      str(string(f.ErrorCode)),
+			":msg":       str(f.ErrorMessage),
+			":retryable": &types.AttributeValueMemberBOOL{Value: f.Retryable},
+		},
+		AttrErrorCode, AttrErrorMsg, AttrRetryable)
+}
+
+func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values map[string]types.AttributeValue, attrs ...string) error {
+	values[":token"] = str(f.Token)
+	values[":attempts"] = n(int64(f.Attempts))
+	values[":expires"] = n(epochSeconds(f.ExpiresAt))
+	values[":now_ms"] = ms(f.Now)
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        &s.table,
+		Key:              map[string]types.AttributeValue{AttrPK: str(s.pk(f.Key))},
+		UpdateExpression: &update,
+		// Fenced: only the current owner writes. A worker whose lease was
+		// taken over must never overwrite the new owner's record, and a
+		// missing record is never created by a completion.
+		ConditionExpression:       aws.String("#token = :token"),
+		ExpressionAttributeNames:  names(append(attrs, AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt)...),
+		ExpressionAttributeValues: values,
+	})
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
+		return idem.ErrLeaseLost
+	}
+	return s.classify("UpdateItem", err)
+}
+
+// Get implements idem.Store with a strongly consistent GetItem.
+func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record, bool, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &s.table,
+		Key:            map[string]types.AttributeValue{AttrPK: str(s.pk(key))},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return idem.Record{}, false, s.classify("GetItem", err)
+	}
+	if len(out.Item) == 0 {
+		return idem.Record{}, false, nil
+	}
+	rec, err := decode(out.Item, s.namespace)
+	if err != nil {
+		return idem.Record{}, false, err
+	}
+	if rec.Expired(now) {
+		return idem.Record{}, false, nil
+	}
+	return rec, true, nil
+}
+
+// RecordPoison implements idem.PoisonRecorder: a note under
+// "<namespace>#poison#<id>" with the reason and the body's SHA-256, never
+// the body. Writing the same note twice is harmless, so the put is plain.
+func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table,
+		Item: map[string]types.AttributeValue{
+			AttrPK:         str(s.namespace + "#poison#" + p.ID),
+			AttrStatus:     str(StatusPoison),
+			AttrReason:     str(string(p.Reason)),
+			AttrDetail:     str(p.Detail),
+			AttrBodySHA256: str(p.BodySHA256),
+			AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
+			AttrCreatedAt:  ms(p.At),
+			AttrUpdatedAt:  ms(p.At),
+		},
+	})
+	if err != nil {
+		return s.classify("PutItem", err)
+	}
+	return nil
+}
+
+// encodeResult stores a result as S when it is valid UTF-8 (readable by
+// operators; JSON always is), as B otherwise, and gzipped as B from
+// CompressAbove bytes on. It enforces the item size limit.
+func encodeResult(result []byte, keyLen int) (types.AttributeValue, string, error) {
+	if len(result) <= CompressAbove {
+		if utf8.Valid(result) {
+			return str(string(result)), encodingNone, nil
+		}
+		return &types.AttributeValueMemberB{Value: result}, encodingNone, nil
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(result) // writes to a bytes.Buffer do not fail
+	_ = zw.Close()
+	if limit := MaxItemBytes - itemOverhead - keyLen; buf.Len() > limit {
+		return nil, "", idem.PermanentCode(idem.CodeResultTooLarge,
+			fmt.Errorf("result is %d bytes (%d gzipped); a record holds at most %d bytes (DynamoDB's 400 KB item limit)", len(result), buf.Len(), limit))
+	}
+	return &types.AttributeValueMemberB{Value: buf.Bytes()}, encodingGzip, nil
+}
+
+func decodeResult(b []byte, enc string) ([]byte, error) {
+	switch enc {
+	case encodingNone, "":
+		return b, nil
+	case encodingGzip:
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(zr)
+	default:
+		return nil, fmt.Errorf("unknown result encoding %q", enc)
+	}
+}
+
+// decode reads a record item. A malformed item is a permanent error naming
+// the attribute: it means the table is shared with something else.
+func decode(item map[string]types.AttributeValue, namespace string) (idem.Record, error) {
+	d := decoder{item: item}
+	pk := d.s(AttrPK)
+	rec := idem.Record{
+		Key:          strings.TrimPrefix(pk, namespace+"#"),
+		Status:       idem.Status(d.s(AttrStatus)),
+		Fingerprint:  d.s(AttrFingerprint),
+		Attempts:     int(d.n(AttrAttempts)),
+		Token:        d.s(AttrToken),
+		LeaseUntil:   time.UnixMilli(d.n(AttrLeaseUntil)),
+		ExpiresAt:    time.Unix(d.n(AttrExpiresAt), 0),
+		ErrorCode:    idem.Code(d.s(AttrErrorCode)),
+		ErrorMessage: d.s(AttrErrorMsg),
+		CreatedAt:    time.UnixMilli(d.n(AttrCreatedAt)),
+		UpdatedAt:    time.UnixMilli(d.n(AttrUpdatedAt)),
+	}
+	if v, ok := item[AttrRetryable].(*types.AttributeValueMemberBOOL); ok {
+		rec.Retryable = v.Value
+	}
+	if v, ok := item[AttrResult]; ok {
+		var raw []byte
+		switch v := v.(type) {
+		case *types.AttributeValueMemberB:
+			raw = v.Value
+		case *types.AttributeValueMemberS:
+			raw = []byte(v.Value)
+		default:
+			d.bad(AttrResult, "B or S")
+		}
+		if d.err == nil {
+			res, err := decodeResult(raw, d.s(AttrResultEnc))
+			if err != nil {
+				d.err = fmt.Errorf("attribute %s: %w", AttrResult, err)
+			}
+			if res == nil {
+				res = []byte{}
+			}
+			rec.Result = res
+		}
+	}
+	if d.err != nil {
+		return idem.Record{}, idem.Permanent(fmt.Errorf("ddbstore: malformed record %q: %w", pk, d.err))
+	}
+	return rec, nil
+}
+
+type decoder struct {
+	item map[string]types.AttributeValue
+	err  error
+}
+
+func (d *decoder) bad(attr, want string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("attribute %s is not %s", attr, want)
+	}
+}
+
+func (d *decoder) s(attr string) string {
+	switch v := d.item[attr].(type) {
+	case nil:
+		return ""
+	case *types.AttributeValueMemberS:
+		return v.Value
+	default:
+		d.bad(attr, "a string (S)")
+		return ""
+	}
+}
+
+func (d *decoder) n(attr string) int64 {
+	switch v := d.item[attr].(type) {
+	case nil:
+		return 0
+	case *types.AttributeValueMemberN:
+		i, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			d.bad(attr, "an integer (N)")
+		}
+		return i
+	default:
+		d.bad(attr, "a number (N)")
+		return 0
+	}
+}

@@ -1,0 +1,558 @@
+package ddbstore_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/truora/minidyn/server"
+
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/idem/idemtest"
+)
+
+// env is one DynamoDB-compatible server with a fresh table.
+type env struct {
+	client  *dynamodb.Client
+	counter *ddbtest.Counter
+	table   string
+	store   *ddbstore.Store
+}
+
+func newEnv(t *testing.T, endpoint string, transport http.RoundTripper) *env {
+	t.Helper()
+	return newEnvConfig(t, ddbtest.Config(endpoint, transport))
+}
+
+func newEnvConfig(t *testing.T, cfg aws.Config) *env {
+	t.Helper()
+	client, counter := ddbtest.Client(cfg)
+	table := ddbtest.NewTable(t, client)
+	store, err := ddbstore.New(client, table, "test-fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.Reset()
+	return &env{client: client, counter: counter, table: table, store: store}
+}
+
+func minidynEnv(t *testing.T) *env {
+	_, ep := ddbtest.Minidyn(t)
+	return newEnv(t, ep, nil)
+}
+
+func motoEnv(t *testing.T) *env {
+	return newEnv(t, ddbtest.MotoEndpoint(t), nil)
+}
+
+func TestConformanceMinidyn(t *testing.T) {
+	e := minidynEnv(t)
+	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return e.store })
+	idemtest.RunPoisonTests(t, e.store)
+}
+
+func TestConformanceMoto(t *testing.T) {
+	e := motoEnv(t)
+	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return e.store })
+	idemtest.RunPoisonTests(t, e.store)
+}
+
+// TestConformanceRealAWS runs the suite against a real table when
+// IDEM_TEST_AWS_TABLE names one (with credentials and region from the
+// environment, as the AWS CLI takes them).
+func TestConformanceRealAWS(t *testing.T) {
+	table := os.Getenv(ddbtest.EnvAWSTable)
+	if table == "" {
+		t.Skipf("set %s (and AWS credentials) to run against real DynamoDB", ddbtest.EnvAWSTable)
+	}
+	cfg, err := config.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ddbstore.New(dynamodb.NewFromConfig(cfg), table, "conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return store })
+	idemtest.RunPoisonTests(t, store)
+}
+
+func engineOn(t *testing.T, s idem.Store) *idem.Engine {
+	t.Helper()
+	e, err := idem.New(idem.Options{Store: s, Lease: time.Minute, Retry: idem.RetryPolicy{Base: time.Millisecond}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func request(t *testing.T, key, payload string) idem.Request {
+	t.Helper()
+	r, err := idem.NewRequest(key, []byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestCallCounts pins the store calls per outcome, on a server that returns
+// the old item with a failed condition (moto) and on one that does not
+// (minidyn, which pays one GetItem more for duplicates).
+func TestCallCounts(t *testing.T) {
+	servers := []struct {
+		name    string
+		env     func(*testing.T) *env
+		dupCost map[string]int // calls for a duplicate
+	}{
+		{"moto", motoEnv, map[string]int{"PutItem": 1}},
+		{"minidyn", minidynEnv, map[string]int{"PutItem": 1, "GetItem": 1}},
+	}
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			e := srv.env(t)
+			eng := engineOn(t, e.store)
+			ctx := context.Background()
+			ok := func(context.Context) ([]byte, error) { return []byte(`"ok"`), nil }
+			measure := func(name string, want map[string]int, fn func()) {
+				t.Helper()
+				e.counter.Reset()
+				fn()
+				if diff := cmp.Diff(want, e.counter.Counts()); diff != "" {
+					t.Errorf("%s: calls (-want +got):\n%s", name, diff)
+				}
+			}
+			measure("fresh key then success", map[string]int{"PutItem": 1, "UpdateItem": 1}, func() {
+				if _, err := eng.Do(ctx, request(t, "evt:count-1:notify", `{"a":1}`), ok); err != nil {
+					t.Fatal(err)
+				}
+			})
+			measure("duplicate of a succeeded key", srv.dupCost, func() {
+				if out, err := eng.Do(ctx, request(t, "evt:count-1:notify", `{"a":1}`), ok); err != nil || !out.Replayed {
+					t.Fatalf("got %+v %v; want replay", out, err)
+				}
+			})
+			measure("reuse with another payload", srv.dupCost, func() {
+				if _, err := eng.Do(ctx, request(t, "evt:count-1:notify", `{"a":2}`), ok); !errors.Is(err, idem.ErrKeyReused) {
+					t.Fatalf("got %v; want KEY_REUSED", err)
+				}
+			})
+			measure("permanent failure", map[string]int{"PutItem": 1, "UpdateItem": 1}, func() {
+				_, err := eng.Do(ctx, request(t, "evt:count-2:notify", `{}`), func(context.Context) ([]byte, error) { return nil, idem.Permanent(errors.New("no")) })
+				if errCode(err) != idem.CodePermanentFailure {
+					t.Fatalf("got %v", err)
+				}
+			})
+			inAction, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error)
+			go func() {
+				_, err := eng.Do(ctx, request(t, "evt:count-3:notify", `{}`), func(context.Context) ([]byte, error) {
+					close(inAction)
+					<-release
+					return nil, nil
+				})
+				done <- err
+			}()
+			<-inAction
+			measure("duplicate of an in-progress key", srv.dupCost, func() {
+				if _, err := eng.Do(ctx, request(t, "evt:count-3:notify", `{}`), ok); !errors.Is(err, idem.ErrInProgress) {
+					t.Fatalf("got %v; want IN_PROGRESS", err)
+				}
+			})
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func errCode(err error) idem.Code {
+	if e, ok := errors.AsType[*idem.Error](err); ok {
+		return e.Code
+	}
+	return ""
+}
+
+// --- Cross-process race ---
+
+const (
+	envRaceWorker = "DDBSTORE_RACE_WORKER"
+	raceProcesses = 8
+	raceRounds    = 50
+)
+
+// TestCrossProcessRace starts 8 OS processes that reserve the same key at
+// the same instant, 50 rounds over: each round has exactly one winner.
+func TestCrossProcessRace(t *testing.T) {
+	if os.Getenv(envRaceWorker) != "" {
+		raceWorker(t)
+		return
+	}
+	e := motoEnv(t)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	start := time.Now().Add(2 * time.Second).UnixMilli()
+	var outs []*bytes.Buffer
+	var cmds []*exec.Cmd
+	for p := range raceProcesses {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrossProcessRace$", "-test.count=1")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Env = append(os.Environ(), envRaceWorker+"=1",
+			"RACE_ENDPOINT="+ddbtest.MotoEndpoint(t), "RACE_TABLE="+e.table, "RACE_RUN="+run,
+			"RACE_START="+strconv.FormatInt(start, 10), "RACE_PROC="+strconv.Itoa(p))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, outs = append(cmds, cmd), append(outs, &out)
+	}
+	winners := make([]int, raceRounds)
+	for p, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("worker %d: %v\n%s", p, err, outs[p])
+		}
+		for _, line := range strings.Split(outs[p].String(), "\n") {
+			var round int
+			if _, err := fmt.Sscanf(line, "WON %d", &round); err == nil {
+				winners[round]++
+			}
+		}
+	}
+	for round, n := range winners {
+		if n != 1 {
+			t.Errorf("round %d: %d winners among %d processes; want exactly 1", round, n, raceProcesses)
+		}
+	}
+}
+
+func raceWorker(t *testing.T) {
+	client, _ := ddbtest.Client(ddbtest.Config(os.Getenv("RACE_ENDPOINT"), nil))
+	store, err := ddbstore.New(client, os.Getenv("RACE_TABLE"), "race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := strconv.ParseInt(os.Getenv("RACE_START"), 10, 64)
+	for round := range raceRounds {
+		// Every process wakes at the same instant for each round.
+		time.Sleep(time.Until(time.UnixMilli(start + int64(round)*40)))
+		now := time.Now()
+		var tok [16]byte
+		_, _ = rand.Read(tok[:])
+		_, won, err := store.Reserve(context.Background(), idem.Reservation{
+			Key: fmt.Sprintf("evt:race-%s-%d:x", os.Getenv("RACE_RUN"), round), Fingerprint: strings.Repeat("a", 64),
+			Token: fmt.Sprintf("%x", tok), Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour),
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if won {
+			fmt.Printf("WON %d\n", round)
+		}
+	}
+}
+
+// --- Faults in the HTTP path ---
+
+// faultTransport forwards requests to the real server, and fails the ones
+// chosen by fault: with a synthetic DynamoDB error reply, with a connection
+// reset before sending, or by dropping the reply after the server acted.
+type faultTransport struct {
+	fault func(op string, n int64) string // "" passes the request through
+	calls atomic.Int64
+}
+
+func (f *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	op := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+	kind := ""
+	if op == "PutItem" || op == "UpdateItem" || op == "GetItem" {
+		kind = f.fault(op, f.calls.Add(1))
+	}
+	switch kind {
+	case "":
+		return http.DefaultTransport.RoundTrip(req)
+	case "reset":
+		return nil, &os.SyscallError{Syscall: "write", Err: syscall.ECONNRESET}
+	case "lost-reply":
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return nil, &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}
+	default:
+		status, typ, _ := strings.Cut(kind, " ")
+		code, _ := strconv.Atoi(status)
+		body := fmt.Sprintf(`{"__type":"com.amazonaws.dynamodb.v20120810#%s","message":"injected %s"}`, typ, typ)
+		return &http.Response{
+			StatusCode: code, Status: status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {typ}},
+			Body:    io.NopCloser(strings.NewReader(body)),
+			Request: req,
+		}, nil
+	}
+}
+
+func faultEnv(t *testing.T, fault func(op string, n int64) string) (*env, *faultTransport) {
+	_, ep := ddbtest.Minidyn(t)
+	ft := &faultTransport{fault: func(string, int64) string { return "" }}
+	cfg := ddbtest.Config(ep, ft)
+	// The SDK's own standard retryer, with short backoffs to keep the test quick.
+	cfg.Retryer = func() aws.Retryer {
+		return retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = retry.NewExponentialJitterBackoff(20 * time.Millisecond) })
+	}
+	e := newEnvConfig(t, cfg)
+	ft.fault = fault
+	return e, ft
+}
+
+func TestFaultsAreClassified(t *testing.T) {
+	tests := []struct {
+		fault string
+		want  idem.Class
+		text  string
+	}{
+		{"400 ProvisionedThroughputExceededException", idem.ClassTransient, "ProvisionedThroughputExceeded"},
+		{"400 ThrottlingException", idem.ClassTransient, "Throttling"},
+		{"400 RequestLimitExceeded", idem.ClassTransient, "RequestLimitExceeded"},
+		{"500 InternalServerError", idem.ClassTransient, "InternalServerError"},
+		{"503 ServiceUnavailable", idem.ClassTransient, "503"},
+		{"reset", idem.ClassOutcomeUnknown, "reset"},
+		{"lost-reply", idem.ClassOutcomeUnknown, "reset"},
+		{"400 ResourceNotFoundException", idem.ClassPermanent, "create it"},
+		{"400 AccessDeniedException", idem.ClassPermanent, "dynamodb:PutItem"},
+		{"400 ValidationException", idem.ClassPermanent, "key schema"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fault, func(t *testing.T) {
+			e, ft := faultEnv(t, func(string, int64) string { return tt.fault })
+			now := time.Now()
+			_, acquired, err := e.store.Reserve(context.Background(), idem.Reservation{
+				Key: "evt:fault-1:x", Fingerprint: strings.Repeat("a", 64), Token: "t1", Now: now,
+				LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour),
+			})
+			if acquired || err == nil {
+				t.Fatalf("Reserve under %q = acquired %v, err %v; want an error, not acquired", tt.fault, acquired, err)
+			}
+			if got := idem.Classify(err); got != tt.want {
+				t.Errorf("class %v; want %v (%v)", got, tt.want, err)
+			}
+			if !strings.Contains(err.Error(), tt.text) || !strings.Contains(err.Error(), e.table) {
+				t.Errorf("error %q does not name %q and the table", err, tt.text)
+			}
+			if tt.want == idem.ClassPermanent && ft.calls.Load() != 1 {
+				t.Errorf("a permanent error was retried: %d calls", ft.calls.Load())
+			}
+		})
+	}
+}
+
+// The SDK's retryer retries throttling; the store adds no loop of its own,
+// and a retried success is reported as the success it is.
+func TestThrottledOnceSucceedsThroughSDKRetry(t *testing.T) {
+	e, ft := faultEnv(t, func(op string, n int64) string {
+		if n == 1 {
+			return "400 ThrottlingException"
+		}
+		return ""
+	})
+	out, err := engineOn(t, e.store).Do(context.Background(), request(t, "evt:throttle-1:x", `{}`), func(context.Context) ([]byte, error) { return []byte(`1`), nil })
+	if err != nil || !out.Stored {
+		t.Fatalf("got %+v %v; want stored success", out, err)
+	}
+	if ft.calls.Load() != 3 || e.counter.Total() != 2 {
+		t.Errorf("HTTP requests %d, store calls %d; want 3 requests (one SDK retry) for 2 calls", ft.calls.Load(), e.counter.Total())
+	}
+}
+
+// A reservation whose reply was lost lands anyway; the SDK re-sends it, the
+// re-send fails its condition on our own record, and we still own the key.
+func TestLostReplyOnReserveStillOwned(t *testing.T) {
+	e, _ := faultEnv(t, func(op string, n int64) string {
+		if n == 1 {
+			return "lost-reply"
+		}
+		return ""
+	})
+	var calls atomic.Int64
+	out, err := engineOn(t, e.store).Do(context.Background(), request(t, "evt:lost-1:x", `{}`), func(context.Context) ([]byte, error) {
+		calls.Add(1)
+		return []byte(`"sent"`), nil
+	})
+	if err != nil || !out.Stored || calls.Load() != 1 || out.Attempts != 1 {
+		t.Fatalf("got %+v %v calls %d; want one stored execution at attempt 1", out, err, calls.Load())
+	}
+}
+
+// When the store is down, nothing is reported as reserved or completed.
+func TestOutageNeverReportsSuccess(t *testing.T) {
+	var down atomic.Bool
+	e, _ := faultEnv(t, func(op string, n int64) string {
+		if down.Load() {
+			return "503 ServiceUnavailable"
+		}
+		return ""
+	})
+	eng := engineOn(t, e.store)
+	var calls atomic.Int64
+	act := func(context.Context) ([]byte, error) { calls.Add(1); return []byte(`1`), nil }
+	down.Store(true)
+	out, err := eng.Do(context.Background(), request(t, "evt:down-1:x", `{}`), act)
+	if errCode(err) != idem.CodeStoreUnavailable || out.Stored || calls.Load() != 0 {
+		t.Fatalf("reserve during outage: %+v %v calls %d; want STORE_UNAVAILABLE, nothing run", out, err, calls.Load())
+	}
+	// The store fails after the action ran: the outcome must not claim success.
+	down.Store(false)
+	out, err = eng.Do(context.Background(), request(t, "evt:down-2:x", `{}`), func(ctx context.Context) ([]byte, error) {
+		down.Store(true)
+		return act(ctx)
+	})
+	if errCode(err) != idem.CodeStoreUnavailable || out.Stored {
+		t.Fatalf("completion during outage: %+v %v; want STORE_UNAVAILABLE, not stored", out, err)
+	}
+}
+
+func TestMinidynOutageEmulation(t *testing.T) {
+	srv, ep := ddbtest.Minidyn(t)
+	e := newEnv(t, ep, nil)
+	srv.EmulateFailure(server.FailureConditionInternalServerError)
+	_, _, err := e.store.Get(context.Background(), "evt:emulated-1:x", time.Now())
+	if idem.Classify(err) != idem.ClassTransient {
+		t.Fatalf("Get under minidyn's emulated failure: %v (class %v); want transient", err, idem.Classify(err))
+	}
+}
+
+func TestResultSizes(t *testing.T) {
+	e := minidynEnv(t)
+	now := time.Now()
+	reserve := func(key string) idem.Reservation {
+		r := idem.Reservation{Key: key, Fingerprint: strings.Repeat("a", 64), Token: "tok-" + key, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
+		if _, ok, err := e.store.Reserve(context.Background(), r); err != nil || !ok {
+			t.Fatalf("Reserve: %v %v", ok, err)
+		}
+		return r
+	}
+	random := func(n int) []byte { b := make([]byte, n); _, _ = rand.Read(b); return b }
+	tests := []struct {
+		name   string
+		result []byte
+		ok     bool
+	}{
+		{"small stored as is", []byte(`{"ok":true}`), true},
+		{"compressible 1 MiB gzipped", bytes.Repeat([]byte(`{"line":"the same line"},`), 40000), true},
+		{"incompressible 300 KiB gzipped", random(300 * 1024), true},
+		{"incompressible 500 KiB too large", random(500 * 1024), false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := reserve(fmt.Sprintf("evt:size-%d:x", i))
+			err := e.store.Complete(context.Background(), idem.Finish{Key: r.Key, Token: r.Token, Now: now, Attempts: 1, ExpiresAt: now.Add(time.Hour), Result: tt.result})
+			if !tt.ok {
+				var ce *idem.ClassifiedError
+				if !errors.As(err, &ce) || ce.Code != idem.CodeResultTooLarge || ce.Class != idem.ClassPermanent ||
+					!strings.Contains(err.Error(), strconv.Itoa(len(tt.result))) || !strings.Contains(err.Error(), "400 KB") {
+					t.Fatalf("Complete = %v; want permanent RESULT_TOO_LARGE naming the size and the limit", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			rec, _, err := e.store.Get(context.Background(), r.Key, now)
+			if err != nil || !bytes.Equal(rec.Result, tt.result) {
+				t.Fatalf("Get: %v; result %d bytes, want %d bytes byte for byte", err, len(rec.Result), len(tt.result))
+			}
+		})
+	}
+	// Through the engine, a too-large result marks the record failed.
+	out, err := engineOn(t, e.store).Do(context.Background(), request(t, "evt:size-big:x", `{}`), func(context.Context) ([]byte, error) { return random(500 * 1024), nil })
+	if errCode(err) != idem.CodeResultTooLarge || !out.Stored {
+		t.Fatalf("engine: %+v %v; want stored RESULT_TOO_LARGE", out, err)
+	}
+	if rec, _, _ := e.store.Get(context.Background(), "evt:size-big:x", time.Now()); rec.Status != idem.StatusFailed || rec.ErrorCode != idem.CodeResultTooLarge {
+		t.Errorf("record %s %s; want FAILED RESULT_TOO_LARGE", rec.Status, rec.ErrorCode)
+	}
+}
+
+func TestItemEncoding(t *testing.T) {
+	e := minidynEnv(t)
+	now := time.UnixMilli(time.Now().UnixMilli())
+	r := idem.Reservation{Key: "evt:enc-1:x", Fingerprint: strings.Repeat("f", 64), Token: "tok", Now: now,
+		LeaseUntil: now.Add(1500 * time.Millisecond), ExpiresAt: now.Add(90 * time.Minute).Add(300 * time.Millisecond)}
+	if _, ok, err := e.store.Reserve(context.Background(), r); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	out, err := e.client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.table, Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "test-fn#evt:enc-1:x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := func(a string) string { return out.Item[a].(*types.AttributeValueMemberN).Value }
+	want := map[string]string{
+		"lease_until": strconv.FormatInt(r.LeaseUntil.UnixMilli(), 10),
+		"expires_at":  strconv.FormatInt(r.ExpiresAt.Unix()+1, 10), // epoch seconds, rounded up
+		"created_at":  strconv.FormatInt(now.UnixMilli(), 10),
+		"attempts":    "1",
+	}
+	for a, w := range want {
+		if got := num(a); got != w {
+			t.Errorf("%s = %s; want %s", a, got, w)
+		}
+	}
+	if s := out.Item["status"].(*types.AttributeValueMemberS).Value; s != "IN_PROGRESS" {
+		t.Errorf("status %s", s)
+	}
+	// A malformed item (another writer shares the table) is a clear permanent error.
+	_, err = e.client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "test-fn#evt:enc-2:x"}, "attempts": &types.AttributeValueMemberS{Value: "one"},
+		"expires_at": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(time.Hour).Unix(), 10)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.store.Get(context.Background(), "evt:enc-2:x", now); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "attempts") {
+		t.Errorf("malformed item: %v; want a permanent error naming attribute attempts", err)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	client, _ := ddbtest.Client(ddbtest.Config("http://127.0.0.1:1", nil))
+	for _, tt := range []struct{ table, ns, want string }{
+		{"", "fn", "table"}, {"t", "", "namespace"}, {"t", "a#b", "namespace"},
+	} {
+		if _, err := ddbstore.New(client, tt.table, tt.ns); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%q, %q) = %v; want an error naming %s", tt.table, tt.ns, err, tt.want)
+		}
+	}
+	if _, err := ddbstore.New(nil, "t", "fn"); err == nil {
+		t.Errorf("New(nil client) succeeded")
+	}
+}
+
+func TestMissingTableIsConfigurationError(t *testing.T) {
+	_, ep := ddbtest.Minidyn(t)
+	client, _ := ddbtest.Client(ddbtest.Config(ep, nil))
+	store, _ := ddbstore.New(client, "no-such-table", "fn")
+	_, _, err := store.Get(context.Background(), "evt:missing-1:x", time.Now())
+	if idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), `"no-such-table"`) {
+		t.Fatalf("got %v; want a permanent error naming the table", err)
+	}
+}

@@ -1,0 +1,149 @@
+// Package ddbtest starts and connects to the DynamoDB-compatible servers the
+// tests use: minidyn in-process, moto out of process (started by make), and
+// real DynamoDB when asked to. It also counts the calls a store makes.
+package ddbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/truora/minidyn/server"
+
+	"github.com/oncely/oncely/internal/ddbstore"
+)
+
+// Environment variables the tests read.
+const (
+	// EnvMoto is the moto server's endpoint, set by `make test`.
+	EnvMoto = "IDEM_TEST_MOTO_ENDPOINT"
+	// EnvRequireMoto makes a missing moto endpoint a failure, not a skip.
+	EnvRequireMoto = "IDEM_REQUIRE_MOTO"
+	// EnvAWSTable opts into running against a real DynamoDB table (with the
+	// ambient AWS credentials and region).
+	EnvAWSTable = "IDEM_TEST_AWS_TABLE"
+)
+
+// Minidyn starts minidyn's DynamoDB server in-process, for this test only,
+// and returns it and its endpoint.
+func Minidyn(t testing.TB) (*server.Server, string) {
+	t.Helper()
+	srv := server.NewServer()
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return srv, hs.URL
+}
+
+// MotoEndpoint returns the moto server's endpoint. It skips the test when
+// there is none, unless EnvRequireMoto is set (as make test does).
+func MotoEndpoint(t testing.TB) string {
+	t.Helper()
+	ep := os.Getenv(EnvMoto)
+	if ep == "" {
+		if os.Getenv(EnvRequireMoto) != "" {
+			t.Fatalf("%s is set but %s is empty: make test starts moto and sets it", EnvRequireMoto, EnvMoto)
+		}
+		t.Skipf("%s is not set; run through `make test` to start moto", EnvMoto)
+	}
+	return ep
+}
+
+// Counter counts DynamoDB operations by name, one per API call (SDK
+// retries of one call count once).
+type Counter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// Counts returns a copy of the counts by operation.
+func (c *Counter) Counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Total returns the number of calls.
+func (c *Counter) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.counts {
+		n += v
+	}
+	return n
+}
+
+// Reset zeroes the counts.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = map[string]int{}
+}
+
+// Middleware returns an SDK API option that counts every operation.
+func (c *Counter) Middleware() func(*middleware.Stack) error {
+	return func(stack *middleware.Stack) error {
+		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("ddbtestCountCalls",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				c.mu.Lock()
+				if c.counts == nil {
+					c.counts = map[string]int{}
+				}
+				c.counts[awsmiddleware.GetOperationName(ctx)]++
+				c.mu.Unlock()
+				return next.HandleInitialize(ctx, in)
+			}), middleware.After)
+	}
+}
+
+// Config returns an SDK config for a local server at endpoint, with dummy
+// credentials. transport may be nil.
+func Config(endpoint string, transport http.RoundTripper) aws.Config {
+	cfg := aws.Config{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		BaseEndpoint: aws.String(endpoint),
+	}
+	if transport != nil {
+		cfg.HTTPClient = &http.Client{Transport: transport}
+	}
+	return cfg
+}
+
+// Client returns a DynamoDB client for cfg whose calls are counted.
+func Client(cfg aws.Config) (*dynamodb.Client, *Counter) {
+	c := &Counter{}
+	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, c.Middleware())
+	})
+	return client, c
+}
+
+// NewTable creates a uniquely named table on the server and returns its
+// name. A server without the TTL API is accepted: records are checked for
+// expiry at read time and in conditions anyway.
+func NewTable(t testing.TB, client *dynamodb.Client) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "idem-test-" + hex.EncodeToString(b[:])
+	if _, err := ddbstore.CreateTable(context.Background(), client, name); err != nil && !errors.Is(err, ddbstore.ErrNoTTL) {
+		t.Fatalf("create table: %v", err)
+	}
+	return name
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Start/stop a local moto server (DynamoDB etc.) for integration tests.
+#
+#   tools/moto.sh start STATEDIR   -> prints endpoint (http://127.0.0.1:PORT)
+#   tools/moto.sh stop  STATEDIR   -> stops it (idempotent)
+#
+# State files: STATEDIR/moto.pid, STATEDIR/moto.endpoint, STATEDIR/moto.log
+# Env: MOTO_VENV (default <repo>/.tools/venv-moto), MOTO_START_TIMEOUT (s, default 30)
+set -euo pipefail
+set +m # no job control: the background child is then not a group leader, so setsid execs in place ($! == moto pid == pgid)
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${MOTO_VENV:-$ROOT/.tools/venv-moto}"
+TIMEOUT="${MOTO_START_TIMEOUT:-30}"
+
+# Any HTTP answer (even 4xx/5xx) from $1 means the server is up.
+http_up() {
+	"$VENV/bin/python" - "$1" <<'PY' >/dev/null 2>&1
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1] + "/moto-api/", timeout=1)
+except urllib.error.HTTPError:
+    pass
+PY
+}
+
+die() { echo "moto.sh: $*" >&2; exit 1; }
+
+usage() { die "usage: $0 {start|stop} STATEDIR"; }
+
+# True if the pid is alive (and not a zombie).
+alive() {
+	local pid="$1" st
+	kill -0 "$pid" 2>/dev/null || return 1
+	st="$(ps -o stat= -p "$pid" 2>/dev/null || true)"
+	[[ -n "$st" && "$st" != Z* ]]
+}
+
+# True if any process in process group $1 is still alive (non-zombie).
+group_alive() {
+	local pgid="$1"
+	ps -eo pgid=,stat= 2>/dev/null | awk -v g="$pgid" '$1==g && $2 !~ /^Z/ {f=1} END {exit !f}'
+}
+
+do_stop() {
+	local dir="$1" pid
+	[[ -f "$dir/moto.pid" ]] || return 0
+	pid="$(cat "$dir/moto.pid" 2>/dev/null || true)"
+	if [[ "$pid" =~ ^[0-9]+$ ]] && group_alive "$pid"; then
+		kill -TERM -- "-$pid" 2>/dev/null || true
+		for _ in $(seq 1 50); do
+			group_alive "$pid" || break
+			sleep 0.1
+		done
+		if group_alive "$pid"; then
+			kill -KILL -- "-$pid" 2>/dev/null || true
+			for _ in $(seq 1 20); do
+				group_alive "$pid" || break
+				sleep 0.1
+			done
+		fi
+		group_alive "$pid" && die "process group $pid did not exit"
+	fi
+	rm -f "$dir/moto.pid" "$dir/moto.endpoint"
+}
+
+do_start() {
+	local dir="$1" port endpoint pid i
+	[[ -x "$VENV/bin/moto_server" ]] ||
+		die "$VENV/bin/moto_server not found; create it with: python3 -m venv $VENV && $VENV/bin/pip install -r $ROOT/tools/requirements-moto.txt"
+	mkdir -p "$dir"
+	dir="$(cd "$dir" && pwd)"
+
+	# Already running (from this STATEDIR)? Reuse it.
+	if [[ -f "$dir/moto.pid" && -f "$dir/moto.endpoint" ]]; then
+		pid="$(cat "$dir/moto.pid")"
+		endpoint="$(cat "$dir/moto.endpoint")"
+		if [[ "$pid" =~ ^[0-9]+$ ]] && alive "$pid" && http_up "$endpoint"; then
+			echo "$endpoint"
+			return 0
+		fi
+		do_stop "$dir"
+	fi
+
+	port="$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+	endpoint="http://127.0.0.1:$port"
+
+	# setsid: own session + process group (pgid == pid), so stop can kill the whole group.
+	setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" </dev/null >"$dir/moto.log" 2>&1 &
+	pid=$!
+	echo "$pid" >"$dir/moto.pid"
+	echo "$endpoint" >"$dir/moto.endpoint"
+
+	for i in $(seq 1 $((TIMEOUT * 5))); do
+		if ! alive "$pid"; then
+			echo "moto.sh: moto_server exited during startup; last log lines:" >&2
+			tail -n 30 "$dir/moto.log" >&2 || true
+			rm -f "$dir/moto.pid" "$dir/moto.endpoint"
+			exit 1
+		fi
+		# Any HTTP answer means the server is up.
+		if http_up "$endpoint"; then
+			echo "$endpoint"
+			return 0
+		fi
+		sleep 0.2
+	done
+	echo "moto.sh: moto_server did not answer on $endpoint within ${TIMEOUT}s; last log lines:" >&2
+	tail -n 30 "$dir/moto.log" >&2 || true
+	do_stop "$dir"
+	exit 1
+}
+
+[[ $# -eq 2 ]] || usage
+case "$1" in
+start) do_start "$2" ;;
+stop) do_stop "$2" ;;
+*) usage ;;
+esac
