@@ -12,6 +12,12 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 )
 
+// RequiredIAMActions are exactly the IAM actions the store calls. The SAM
+// template grants these and no others (a test keeps them in step).
+func RequiredIAMActions() []string {
+	return []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+}
+
 // permissions names the IAM action each operation needs, for error messages.
 var permissions = map[string]string{
 	"PutItem":    "dynamodb:PutItem",

@@ -1,0 +1,90 @@
+// Package action is the seam where business logic plugs in. A user who forks
+// the project replaces one Func; everything around it (keys, fingerprints,
+// leases, retries, replay) stays the same.
+package action
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Event is one decoded event, handed to the action.
+type Event struct {
+	// Key is the validated idempotency key. Pass it downstream (for example
+	// as an Idempotency-Key header) so the downstream can de-duplicate too.
+	Key string
+	// Body is the event JSON as received (SQS message body, HTTP request
+	// body). Treat it as read-only.
+	Body json.RawMessage
+	// Source is "sqs" or "http".
+	Source string
+	// ID is the SQS message id or the API request id, for logs.
+	ID string
+}
+
+// Result is what a successful action returns. It is stored and replayed
+// byte for byte.
+type Result struct {
+	// Status is the HTTP status API callers get; 0 means 200.
+	Status int
+	// ContentType of Body; empty means application/json.
+	ContentType string
+	// Body is returned to API callers and kept in the record.
+	Body []byte
+}
+
+// Func is the business action: do the side effect once, return its result,
+// or an error classified with idem.Transient, idem.Permanent and friends
+// (an unclassified error counts as permanent).
+type Func func(ctx context.Context, ev Event) (Result, error)
+
+// envelope is the stored form of a Result. The body is kept as a JSON
+// string when it is UTF-8 (readable in the table), base64 otherwise.
+type envelope struct {
+	Status      int     `json:"status"`
+	ContentType string  `json:"content_type,omitempty"`
+	Body        *string `json:"body,omitempty"`
+	BodyBase64  *string `json:"body_base64,omitempty"`
+}
+
+// Encode returns the stored form of r.
+func Encode(r Result) []byte {
+	e := envelope{Status: r.Status, ContentType: r.ContentType}
+	if e.Status == 0 {
+		e.Status = 200
+	}
+	if utf8.Valid(r.Body) {
+		s := string(r.Body)
+		e.Body = &s
+	} else {
+		s := base64.StdEncoding.EncodeToString(r.Body)
+		e.BodyBase64 = &s
+	}
+	b, _ := json.Marshal(e) // a struct of strings and ints always marshals
+	return b
+}
+
+// Decode reads a stored Result.
+func Decode(b []byte) (Result, error) {
+	var e envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Result{}, fmt.Errorf("stored result is not a result envelope: %w", err)
+	}
+	r := Result{Status: e.Status, ContentType: e.ContentType}
+	switch {
+	case e.Body != nil:
+		r.Body = []byte(*e.Body)
+	case e.BodyBase64 != nil:
+		body, err := base64.StdEncoding.DecodeString(*e.BodyBase64)
+		if err != nil {
+			return Result{}, fmt.Errorf("stored result body: %w", err)
+		}
+		r.Body = body
+	default:
+		r.Body = []byte{}
+	}
+	return r, nil
+}

@@ -1,0 +1,84 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func base() map[string]string {
+	return map[string]string{EnvTable: "idem", EnvDownstreamURL: "https://hooks.example/x", EnvFunctionName: "notify-fn"}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load(env(base()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Table: "idem", Namespace: "notify-fn", TTL: 24 * time.Hour, MaxConcurrency: 10,
+		DownstreamURL: "https://hooks.example/x", NotifyTimeout: 5 * time.Second,
+		Retry: idem.RetryPolicy{MaxAttempts: 3, Base: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2},
+	}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadEverything(t *testing.T) {
+	m := base()
+	for k, v := range map[string]string{
+		EnvNamespace: "orders", EnvTTL: "48h", EnvLease: "30s", EnvMaxAttempts: "5", EnvBackoffBase: "50ms", EnvBackoffMax: "1s",
+		EnvKeyJMESPath: "join(':', ['evt', detail.id, 'ship'])", EnvPayloadJMESPath: "detail", EnvMaxConcurrency: "4",
+		EnvNotifyTimeout: "1500ms", EnvTransientStatuses: "429, 500,503",
+	} {
+		m[k] = v
+	}
+	c, err := Load(env(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != "orders" || c.TTL != 48*time.Hour || c.Lease != 30*time.Second || c.Retry.MaxAttempts != 5 ||
+		c.Retry.Base != 50*time.Millisecond || c.Retry.Max != time.Second || c.PayloadExpression != "detail" ||
+		c.MaxConcurrency != 4 || c.NotifyTimeout != 1500*time.Millisecond || !cmp.Equal(c.TransientStatuses, map[int]bool{429: true, 500: true, 503: true}) {
+		t.Errorf("got %+v", c)
+	}
+}
+
+func TestLoadErrorsNameTheVariable(t *testing.T) {
+	tests := []struct {
+		name, key, value, want string
+	}{
+		{"table missing", EnvTable, "", "IDEMPOTENCY_TABLE: want a value"},
+		{"url missing", EnvDownstreamURL, "", "DOWNSTREAM_URL: want a value"},
+		{"url not http", EnvDownstreamURL, "ftp://x", "DOWNSTREAM_URL: want an http or https URL"},
+		{"ttl not a duration", EnvTTL, "24", `IDEMPOTENCY_TTL: want a positive Go duration such as 500ms, 3s or 24h, got "24"`},
+		{"lease negative", EnvLease, "-1s", "IDEMPOTENCY_LEASE: want a positive Go duration"},
+		{"attempts zero", EnvMaxAttempts, "0", "IDEMPOTENCY_MAX_ATTEMPTS: want a positive whole number"},
+		{"concurrency word", EnvMaxConcurrency, "ten", "MAX_CONCURRENCY: want a positive whole number"},
+		{"timeout", EnvNotifyTimeout, "5", "NOTIFY_TIMEOUT: want a positive Go duration"},
+		{"backoff max below base", EnvBackoffMax, "1ms", "IDEMPOTENCY_BACKOFF_MAX: want a duration at least IDEMPOTENCY_BACKOFF_BASE"},
+		{"statuses", EnvTransientStatuses, "429,abc", "NOTIFY_TRANSIENT_STATUSES: want a comma-separated list"},
+		{"status out of range", EnvTransientStatuses, "200", "NOTIFY_TRANSIENT_STATUSES"},
+		{"key expression", EnvKeyJMESPath, "join(", "IDEMPOTENCY_KEY_JMESPATH"},
+		{"payload expression", EnvPayloadJMESPath, "[[", "IDEMPOTENCY_PAYLOAD_JMESPATH"},
+		{"namespace with #", EnvNamespace, "a#b", "IDEMPOTENCY_NAMESPACE"},
+		{"no namespace at all", EnvFunctionName, "", "IDEMPOTENCY_NAMESPACE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := base()
+			m[tt.key] = tt.value
+			_, err := Load(env(m))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Load = %v; want one line containing %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,115 @@
+// Package downstream is a webhook receiver for tests, benchmarks and the
+// demo: it counts the deliveries it gets per Idempotency-Key and answers
+// with scripted replies. It is a real HTTP server (run it under
+// httptest.NewServer or http.Server), not a mock of one.
+package downstream
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Reply is one scripted answer.
+type Reply struct {
+	Status     int           // 0 means 202
+	RetryAfter string        // Retry-After header value, if any
+	Delay      time.Duration // wait before answering
+	Hang       bool          // never answer (until the request is cancelled or Close)
+}
+
+// Server counts deliveries by Idempotency-Key.
+type Server struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	scripts map[string][]Reply
+	closed  chan struct{}
+	once    sync.Once
+}
+
+// New returns an empty Server.
+func New() *Server {
+	return &Server{counts: map[string]int{}, scripts: map[string][]Reply{}, closed: make(chan struct{})}
+}
+
+// Script queues replies for key: each delivery takes the next one; when
+// they run out, deliveries get 202.
+func (s *Server) Script(key string, replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scripts[key] = append(s.scripts[key], replies...)
+}
+
+// Count returns the deliveries received for key.
+func (s *Server) Count(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[key]
+}
+
+// Counts returns a copy of all counts.
+func (s *Server) Counts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.counts))
+	for k, v := range s.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Total returns all deliveries.
+func (s *Server) Total() int {
+	n := 0
+	for _, v := range s.Counts() {
+		n += v
+	}
+	return n
+}
+
+// Close releases hanging requests.
+func (s *Server) Close() { s.once.Do(func() { close(s.closed) }) }
+
+// ServeHTTP implements http.Handler. GET /counts returns the counts as
+// JSON; any POST is a delivery.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/counts" {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Counts())
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.counts[key]++
+	var reply Reply
+	if q := s.scripts[key]; len(q) > 0 {
+		reply, s.scripts[key] = q[0], q[1:]
+	}
+	s.mu.Unlock()
+	if reply.Hang {
+		select {
+		case <-r.Context().Done():
+		case <-s.closed:
+		}
+		return
+	}
+	if reply.Delay > 0 {
+		select {
+		case <-time.After(reply.Delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if reply.RetryAfter != "" {
+		w.Header().Set("Retry-After", reply.RetryAfter)
+	}
+	status := reply.Status
+	if status == 0 {
+		status = http.StatusAccepted
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"received":` + strconv.Quote(key) + `}`))
+}

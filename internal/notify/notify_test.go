@@ -1,0 +1,125 @@
+package notify_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/notify"
+)
+
+var ev = action.Event{Key: "evt:release-42:notify", Body: json.RawMessage(`{"id":"release-42","action":"notify"}`), Source: "sqs", ID: "m1"}
+
+func TestRepliesAreClassified(t *testing.T) {
+	tests := []struct {
+		reply downstream.Reply
+		class idem.Class
+		after time.Duration
+	}{
+		{downstream.Reply{Status: 429, RetryAfter: "7"}, idem.ClassTransient, 7 * time.Second},
+		{downstream.Reply{Status: 502}, idem.ClassTransient, 0},
+		{downstream.Reply{Status: 503}, idem.ClassTransient, 0},
+		{downstream.Reply{Status: 504}, idem.ClassTransient, 0},
+		{downstream.Reply{Status: 400}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 401}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 403}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 404}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 409}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 422}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 418}, idem.ClassPermanent, 0},
+		{downstream.Reply{Status: 500}, idem.ClassPermanent, 0},
+		{downstream.Reply{Delay: time.Second}, idem.ClassTransient, 0}, // the per-request timeout
+	}
+	for _, tt := range tests {
+		t.Run(http.StatusText(tt.reply.Status), func(t *testing.T) {
+			down := downstream.New()
+			srv := httptest.NewServer(down)
+			defer srv.Close()
+			down.Script(ev.Key, tt.reply)
+			n := notify.New(srv.URL, 100*time.Millisecond, idem.HTTPClassifier{})
+			_, err := n.Do(context.Background(), ev)
+			if got := idem.Classify(err); got != tt.class {
+				t.Errorf("class %v (%v); want %v", got, err, tt.class)
+			}
+			var ce *idem.ClassifiedError
+			if errors.As(err, &ce) && ce.RetryAfter != tt.after {
+				t.Errorf("Retry-After %v; want %v", ce.RetryAfter, tt.after)
+			}
+		})
+	}
+}
+
+func TestConfiguredTransientStatuses(t *testing.T) {
+	down := downstream.New()
+	srv := httptest.NewServer(down)
+	defer srv.Close()
+	down.Script(ev.Key, downstream.Reply{Status: 500})
+	n := notify.New(srv.URL, time.Second, idem.HTTPClassifier{Transient: map[int]bool{500: true}})
+	if _, err := n.Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
+		t.Errorf("500 with 500 configured transient: %v", err)
+	}
+}
+
+func TestSuccessSendsKeyAndStoresSummary(t *testing.T) {
+	var got http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		body = make([]byte, r.ContentLength)
+		_, _ = r.Body.Read(body)
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(`{"ticket":"T-1"}`))
+	}))
+	defer srv.Close()
+	res, err := notify.New(srv.URL, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("Idempotency-Key") != ev.Key || got.Get("Content-Type") != "application/json" || string(body) != string(ev.Body) {
+		t.Errorf("request headers %v body %s; want the key, JSON and the event", got, body)
+	}
+	if res.Status != 200 || string(res.Body) != `{"delivered":true,"downstream_status":201,"reply":"{\"ticket\":\"T-1\"}"}` {
+		t.Errorf("result %d %s", res.Status, res.Body)
+	}
+}
+
+func TestConnectionRefusedAndResetAreTransient(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // close with RST
+			}
+			c.Close()
+		}
+	}()
+	if _, err := notify.New("http://"+addr, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
+		t.Errorf("reset: %v (class %v); want transient", err, idem.Classify(err))
+	}
+	l.Close()
+	if _, err := notify.New("http://"+addr, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
+		t.Errorf("refused: %v (class %v); want transient", err, idem.Classify(err))
+	}
+}
+
+func TestBadURLIsPermanent(t *testing.T) {
+	if _, err := notify.New("http://bad host/", time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassPermanent {
+		t.Errorf("got %v; want permanent", err)
+	}
+}

@@ -1,0 +1,277 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/truora/minidyn/server"
+
+	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
+	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/router"
+	"github.com/oncely/oncely/internal/sqsbatch"
+)
+
+const namespace = "handler-test"
+
+// harness is the whole handler over real parts: minidyn in-process, the
+// DynamoDB store, the engine, the notify action against a real HTTP
+// downstream that counts deliveries per Idempotency-Key.
+type harness struct {
+	t       *testing.T
+	router  *router.Router
+	ddb     *server.Server
+	client  *dynamodb.Client
+	counter *ddbtest.Counter
+	table   string
+	down    *downstream.Server
+	metrics *bytes.Buffer
+	logs    *syncBuffer
+	mu      sync.Mutex
+	sleeps  []time.Duration
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harnessOptions struct {
+	retry        idem.RetryPolicy
+	minRemaining time.Duration
+}
+
+func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
+	t.Helper()
+	o := harnessOptions{
+		retry:        idem.RetryPolicy{MaxAttempts: 3, Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxRetryAfter: 2 * time.Second},
+		minRemaining: 500 * time.Millisecond,
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	h := &harness{t: t, down: downstream.New(), metrics: &bytes.Buffer{}, logs: &syncBuffer{}}
+	var ep string
+	h.ddb, ep = ddbtest.Minidyn(t)
+	h.client, h.counter = ddbtest.Client(ddbtest.Config(ep, nil))
+	h.table = ddbtest.NewTable(t, h.client)
+	store, err := ddbstore.New(h.client, h.table, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h.down)
+	t.Cleanup(func() { h.down.Close(); hs.Close() })
+	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
+	engine, err := idem.New(idem.Options{
+		Store: store, Retry: o.retry, Logger: logger,
+		// Backoff delays are recorded, not slept.
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.sleeps = append(h.sleeps, d)
+			return ctx.Err()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := notify.New(hs.URL, 2*time.Second, idem.HTTPClassifier{})
+	// The business action: notify, plus a way for a test event to panic.
+	act := func(ctx context.Context, ev action.Event) (action.Result, error) {
+		if bytes.Contains(ev.Body, []byte(`"panic":true`)) {
+			panic("the action hit a bug")
+		}
+		return n.Do(ctx, ev)
+	}
+	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, MaxConcurrency: 4, MinRemaining: o.minRemaining, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.router = &router.Router{SQS: sqs, HTTP: api, Function: namespace, Metrics: h.metrics, Logger: logger}
+	h.counter.Reset()
+	return h
+}
+
+// msg is one SQS message for a batch.
+type msg struct {
+	id, body, group string
+}
+
+func event(id, action string, extra ...string) string {
+	b := `{"id":"` + id + `","action":"` + action + `"`
+	for _, e := range extra {
+		b += "," + e
+	}
+	return b + "}"
+}
+
+// loadSQS builds a batch from the real-shaped record in testdata.
+func loadSQS(t *testing.T, fifo bool, msgs ...msg) []byte {
+	t.Helper()
+	file := "testdata/sqs-standard.json"
+	if fifo {
+		file = "testdata/sqs-fifo.json"
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl events.SQSEvent
+	if err := json.Unmarshal(raw, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	var ev events.SQSEvent
+	for _, m := range msgs {
+		r := tmpl.Records[0]
+		r.MessageId, r.Body = m.id, m.body
+		r.Attributes = map[string]string{}
+		for k, v := range tmpl.Records[0].Attributes {
+			r.Attributes[k] = v
+		}
+		if fifo {
+			r.Attributes["MessageGroupId"] = m.group
+		}
+		ev.Records = append(ev.Records, r)
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload
+}
+
+func (h *harness) sqs(ctx context.Context, fifo bool, msgs ...msg) events.SQSEventResponse {
+	h.t.Helper()
+	out, err := h.router.Invoke(ctx, loadSQS(h.t, fifo, msgs...))
+	if err != nil {
+		h.t.Fatalf("Invoke: %v", err)
+	}
+	resp, ok := out.(events.SQSEventResponse)
+	if !ok {
+		h.t.Fatalf("Invoke returned %T; want events.SQSEventResponse", out)
+	}
+	// The response travels as JSON; it must never carry an empty identifier.
+	for _, f := range resp.BatchItemFailures {
+		if f.ItemIdentifier == "" {
+			h.t.Fatalf("empty itemIdentifier in %+v", resp)
+		}
+	}
+	return resp
+}
+
+func failed(resp events.SQSEventResponse) []string {
+	out := []string{}
+	for _, f := range resp.BatchItemFailures {
+		out = append(out, f.ItemIdentifier)
+	}
+	return out
+}
+
+func apiRequest(t *testing.T, key, body string, mod ...func(*events.APIGatewayV2HTTPRequest)) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/apigw-v2-request.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		t.Fatal(err)
+	}
+	delete(req.Headers, "idempotency-key")
+	if key != "" {
+		req.Headers["idempotency-key"] = key
+	}
+	req.Body = body
+	for _, m := range mod {
+		m(&req)
+	}
+	payload, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload
+}
+
+func (h *harness) api(ctx context.Context, payload []byte) events.APIGatewayV2HTTPResponse {
+	h.t.Helper()
+	out, err := h.router.Invoke(ctx, payload)
+	if err != nil {
+		h.t.Fatalf("Invoke: %v", err)
+	}
+	resp, ok := out.(events.APIGatewayV2HTTPResponse)
+	if !ok {
+		h.t.Fatalf("Invoke returned %T; want events.APIGatewayV2HTTPResponse", out)
+	}
+	return resp
+}
+
+// item reads a raw table item, as an operator would.
+func (h *harness) item(pk string) map[string]types.AttributeValue {
+	h.t.Helper()
+	out, err := h.client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: &h.table, Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}}, ConsistentRead: new(true),
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out.Item
+}
+
+func attrS(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func attrN(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberN); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func (h *harness) recorded() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]time.Duration(nil), h.sleeps...)
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+type (
+	typesBool = types.AttributeValueMemberBOOL
+	typesS    = types.AttributeValueMemberS
+)

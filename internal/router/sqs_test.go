@@ -1,0 +1,342 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/truora/minidyn/server"
+
+	"github.com/oncely/oncely/internal/downstream"
+)
+
+const (
+	keyA = "evt:release-42:notify"
+	keyB = "evt:release-43:notify"
+)
+
+var (
+	bodyA = event("release-42", "notify", `"version":"1.4.2"`)
+	bodyB = event("release-43", "notify")
+)
+
+func TestDuplicateAcrossBatchesCallsDownstreamOnce(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	if f := failed(h.sqs(ctx, false, msg{id: "m1", body: bodyA})); len(f) != 0 {
+		t.Fatalf("first batch failures %v; want none", f)
+	}
+	// The same event redelivered under a new message id, keys reordered.
+	if f := failed(h.sqs(ctx, false, msg{id: "m2", body: `{"version":"1.4.2","action":"notify","id":"release-42"}`})); len(f) != 0 {
+		t.Fatalf("second batch failures %v; want none", f)
+	}
+	if n := h.down.Count(keyA); n != 1 {
+		t.Errorf("downstream deliveries for %s: %d; want 1", keyA, n)
+	}
+	if !contains(h.logs.String(), `"outcome":"replayed"`) {
+		t.Errorf("second delivery not logged as replayed: %s", h.logs.String())
+	}
+}
+
+func TestDuplicateWithinBatchRunsOnceAndBothAcknowledged(t *testing.T) {
+	h := newHarness(t)
+	resp := h.sqs(context.Background(), false, msg{id: "m1", body: bodyA}, msg{id: "m2", body: bodyA}, msg{id: "m3", body: bodyB})
+	if f := failed(resp); len(f) != 0 {
+		t.Fatalf("failures %v; want none: the in-batch copy shares the outcome, it is not sent back", f)
+	}
+	if a, b := h.down.Count(keyA), h.down.Count(keyB); a != 1 || b != 1 {
+		t.Errorf("downstream deliveries A=%d B=%d; want 1 each", a, b)
+	}
+	// Two keys, two calls each: the copy costs no store call at all.
+	if got := h.counter.Counts(); got["PutItem"] != 2 || got["UpdateItem"] != 2 || got["GetItem"] != 0 {
+		t.Errorf("store calls %v; want 2 PutItem and 2 UpdateItem", got)
+	}
+}
+
+func TestTransient503Then200AcrossTwoDeliveries(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	// Retry-After beyond the in-call cap: the key is released, SQS redelivers.
+	h.down.Script(keyA, downstream.Reply{Status: 503, RetryAfter: "30"})
+	if f := failed(h.sqs(ctx, false, msg{id: "m1", body: bodyA})); !cmp.Equal(f, []string{"m1"}) {
+		t.Fatalf("first delivery failures %v; want [m1]", f)
+	}
+	rec := h.item(namespace + "#" + keyA)
+	if attrS(rec, "status") != "FAILED" || !rec["retryable"].(*typesBool).Value {
+		t.Fatalf("after 503: record %v; want FAILED, retryable (released)", rec)
+	}
+	if f := failed(h.sqs(ctx, false, msg{id: "m1", body: bodyA})); len(f) != 0 {
+		t.Fatalf("redelivery failures %v; want none", f)
+	}
+	if n := h.down.Count(keyA); n != 2 {
+		t.Errorf("downstream deliveries %d; want 2 (503, then 202)", n)
+	}
+	if rec := h.item(namespace + "#" + keyA); attrS(rec, "status") != "SUCCEEDED" || attrN(rec, "attempts") != "2" {
+		t.Errorf("final record status %s attempts %s; want SUCCEEDED 2", attrS(rec, "status"), attrN(rec, "attempts"))
+	}
+}
+
+func TestTransient503RetriedInCall(t *testing.T) {
+	h := newHarness(t)
+	h.down.Script(keyA, downstream.Reply{Status: 503}, downstream.Reply{Status: 502})
+	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); len(f) != 0 {
+		t.Fatalf("failures %v; want none", f)
+	}
+	if n := h.down.Count(keyA); n != 3 {
+		t.Errorf("deliveries %d; want 3", n)
+	}
+	if got := h.recorded(); !cmp.Equal(got, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}) {
+		t.Errorf("backoff %v; want [10ms 20ms]", got)
+	}
+}
+
+func TestPermanent404AcknowledgedAndReplayed(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.down.Script(keyA, downstream.Reply{Status: 404})
+	if f := failed(h.sqs(ctx, false, msg{id: "m1", body: bodyA})); len(f) != 0 {
+		t.Fatalf("failures %v; want none: a permanent failure is recorded and acknowledged", f)
+	}
+	rec := h.item(namespace + "#" + keyA)
+	if attrS(rec, "status") != "FAILED" || attrS(rec, "error_code") != "HTTP_404" || rec["retryable"].(*typesBool).Value {
+		t.Fatalf("record %v; want FAILED HTTP_404, not retryable", rec)
+	}
+	if f := failed(h.sqs(ctx, false, msg{id: "m9", body: bodyA})); len(f) != 0 {
+		t.Fatalf("redelivery failures %v; want none", f)
+	}
+	if n := h.down.Count(keyA); n != 1 {
+		t.Errorf("downstream deliveries %d; want 1: the redelivery replays the failure", n)
+	}
+}
+
+func Test429RetryAfterHonouredInCall(t *testing.T) {
+	h := newHarness(t)
+	h.down.Script(keyA, downstream.Reply{Status: 429, RetryAfter: "1"})
+	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); len(f) != 0 {
+		t.Fatalf("failures %v; want none", f)
+	}
+	if got := h.recorded(); !cmp.Equal(got, []time.Duration{time.Second}) {
+		t.Errorf("slept %v; want the downstream's Retry-After [1s]", got)
+	}
+	if n := h.down.Count(keyA); n != 2 {
+		t.Errorf("deliveries %d; want 2", n)
+	}
+}
+
+func Test429RetryAfterBeyondCapGoesBackToQueue(t *testing.T) {
+	h := newHarness(t)
+	h.down.Script(keyA, downstream.Reply{Status: 429, RetryAfter: "120"})
+	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); !cmp.Equal(f, []string{"m1"}) {
+		t.Fatalf("failures %v; want [m1]", f)
+	}
+	if got := h.recorded(); len(got) != 0 {
+		t.Errorf("slept %v; want no in-call sleep past the cap", got)
+	}
+}
+
+func TestFIFOGroupStopsAtFirstFailure(t *testing.T) {
+	h := newHarness(t)
+	h.down.Script("evt:a1:notify", downstream.Reply{Status: 503, RetryAfter: "60"})
+	resp := h.sqs(context.Background(), true,
+		msg{id: "a1", body: event("a1", "notify"), group: "g1"},
+		msg{id: "b1", body: event("b1", "notify"), group: "g2"},
+		msg{id: "a2", body: event("a2", "notify"), group: "g1"},
+		msg{id: "b2", body: event("b2", "notify"), group: "g2"},
+		msg{id: "a3", body: event("a3", "notify"), group: "g1"},
+	)
+	if f := failed(resp); !cmp.Equal(f, []string{"a1", "a2", "a3"}) {
+		t.Fatalf("failures %v; want [a1 a2 a3]: the failed record and the rest of its group", f)
+	}
+	for key, want := range map[string]int{"evt:a1:notify": 1, "evt:a2:notify": 0, "evt:a3:notify": 0, "evt:b1:notify": 1, "evt:b2:notify": 1} {
+		if n := h.down.Count(key); n != want {
+			t.Errorf("deliveries %s = %d; want %d", key, n, want)
+		}
+	}
+}
+
+func TestFIFOGroupRunsInOrder(t *testing.T) {
+	h := newHarness(t)
+	var ids []string
+	for i := range 8 {
+		id := string(rune('a'+i)) + "-ordered"
+		ids = append(ids, id)
+		h.down.Script("evt:"+id+":notify", downstream.Reply{Delay: time.Duration(8-i) * time.Millisecond})
+	}
+	var msgs []msg
+	for _, id := range ids {
+		msgs = append(msgs, msg{id: id, body: event(id, "notify"), group: "g"})
+	}
+	if f := failed(h.sqs(context.Background(), true, msgs...)); len(f) != 0 {
+		t.Fatalf("failures %v", f)
+	}
+	var order []string
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"record"`) {
+			var l struct{ MessageID string }
+			_ = json.Unmarshal([]byte(line), &l)
+			order = append(order, l.MessageID)
+		}
+	}
+	if !cmp.Equal(order, ids) {
+		t.Errorf("records logged in order %v; want %v", order, ids)
+	}
+	// The store's timestamps prove the order of execution.
+	var last int64
+	for _, id := range ids {
+		var created int64
+		_ = json.Unmarshal([]byte(attrN(h.item(namespace+"#evt:"+id+":notify"), "created_at")), &created)
+		if created < last {
+			t.Errorf("%s reserved at %d, before its predecessor at %d", id, created, last)
+		}
+		last = created
+	}
+}
+
+func TestPanicInActionIsRecordedAndBatchGoesOn(t *testing.T) {
+	h := newHarness(t)
+	resp := h.sqs(context.Background(), false,
+		msg{id: "m1", body: event("boom-1", "notify", `"panic":true`)},
+		msg{id: "m2", body: bodyB})
+	if f := failed(resp); len(f) != 0 {
+		t.Fatalf("failures %v; want none: the panic is a recorded permanent failure", f)
+	}
+	if rec := h.item(namespace + "#evt:boom-1:notify"); attrS(rec, "error_code") != "PANIC" {
+		t.Errorf("record %v; want FAILED PANIC", rec)
+	}
+	if h.down.Count(keyB) != 1 {
+		t.Errorf("the other record did not run")
+	}
+	if !contains(h.logs.String(), "the action hit a bug") || !contains(h.logs.String(), "goroutine") {
+		t.Errorf("panic and stack not logged")
+	}
+}
+
+func TestStoreOutageFailsEveryUnfinishedRecord(t *testing.T) {
+	h := newHarness(t)
+	h.ddb.EmulateFailure(server.FailureConditionInternalServerError)
+	resp := h.sqs(context.Background(), false,
+		msg{id: "m1", body: bodyA}, msg{id: "m2", body: bodyB}, msg{id: "m3", body: "not json"})
+	if f := failed(resp); !cmp.Equal(f, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("failures %v; want all three: nothing is acknowledged without a record", f)
+	}
+	if n := h.down.Total(); n != 0 {
+		t.Errorf("downstream deliveries %d; want 0: no work without a reservation", n)
+	}
+}
+
+func TestNearDeadlineRecordsAreNotStarted(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond) // below MinRemaining
+	defer cancel()
+	resp := h.sqs(ctx, false, msg{id: "m1", body: bodyA}, msg{id: "m2", body: bodyB})
+	if f := failed(resp); !cmp.Equal(f, []string{"m1", "m2"}) {
+		t.Fatalf("failures %v; want both", f)
+	}
+	if n := h.down.Total() + h.counter.Total(); n != 0 {
+		t.Errorf("%d downstream or store calls; want none", n)
+	}
+}
+
+func TestPoisonMessagesAreRecordedAndAcknowledged(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	// Establish the key, so that a different payload under it is a reuse.
+	h.sqs(ctx, false, msg{id: "m0", body: bodyA})
+	cases := []struct {
+		id, body, reason string
+	}{
+		{"p-notjson", `{"id":"release-42"`, "NOT_JSON"},
+		{"p-nokey", `{"action":"notify"}`, "KEY_MISSING"},
+		{"p-numid", `{"id":12345678901234567891,"action":"notify"}`, "KEY_MISSING"},
+		{"p-badkey", `{"id":"a b/c","action":"notify"}`, "INVALID_KEY"},
+		{"p-reused", event("release-42", "notify", `"version":"9.9.9"`), "KEY_REUSED"},
+	}
+	var msgs []msg
+	for _, c := range cases {
+		msgs = append(msgs, msg{id: c.id, body: c.body})
+	}
+	if f := failed(h.sqs(ctx, false, msgs...)); len(f) != 0 {
+		t.Fatalf("failures %v; want none: each is recorded, then acknowledged", f)
+	}
+	for _, c := range cases {
+		item := h.item(namespace + "#poison#" + c.id)
+		if attrS(item, "reason") != c.reason || len(attrS(item, "body_sha256")) != 64 || attrS(item, "status") != "POISON" {
+			t.Errorf("%s: poison note %v; want reason %s and a body digest", c.id, item, c.reason)
+		}
+		for name, v := range item {
+			if s, ok := v.(*typesS); ok && strings.Contains(s.Value, "notify") && name != "detail" {
+				t.Errorf("%s: attribute %s holds the body: %q", c.id, name, s.Value)
+			}
+		}
+	}
+	if n := h.down.Count(keyA); n != 1 {
+		t.Errorf("deliveries for the reused key %d; want 1", n)
+	}
+	if rec := h.item(namespace + "#" + keyA); !strings.Contains(attrS(rec, "result"), "delivered") {
+		t.Errorf("the original record was changed by the reuse: %v", rec)
+	}
+}
+
+func TestUnkeyableMessageIDFailsWholeBatch(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.router.Invoke(context.Background(), loadSQS(t, false, msg{id: "", body: bodyA})); err == nil {
+		t.Fatal("a record without messageId was answered record by record; want an invocation error")
+	}
+}
+
+func TestOneEMFDocumentPerInvocation(t *testing.T) {
+	h := newHarness(t)
+	h.down.Script(keyB, downstream.Reply{Status: 404})
+	h.sqs(context.Background(), false, msg{id: "m1", body: bodyA}, msg{id: "m2", body: bodyA}, msg{id: "m3", body: bodyB}, msg{id: "m4", body: "x"})
+	lines := strings.Split(strings.TrimSpace(h.metrics.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d metric documents; want 1:\n%s", len(lines), h.metrics.String())
+	}
+	var doc struct {
+		AWS struct {
+			Timestamp         int64
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name, Unit string }
+			}
+		} `json:"_aws"`
+		FunctionName, Source string
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var counts map[string]any
+	_ = json.Unmarshal([]byte(lines[0]), &counts)
+	want := map[string]float64{"executed": 1, "replayed": 1, "permanent": 1, "poison": 1, "in_progress": 0, "transient": 0, "lease_lost": 0}
+	for k, v := range want {
+		if counts[k] != v {
+			t.Errorf("metric %s = %v; want %v", k, counts[k], v)
+		}
+	}
+	if _, ok := counts["duration"].(float64); !ok {
+		t.Errorf("no duration metric")
+	}
+	cw := doc.AWS.CloudWatchMetrics
+	if doc.AWS.Timestamp < time.Now().Add(-time.Minute).UnixMilli() || len(cw) != 1 || cw[0].Namespace != "oncely" ||
+		!cmp.Equal(cw[0].Dimensions, [][]string{{"FunctionName", "Source"}}) || doc.FunctionName != namespace || doc.Source != "sqs" {
+		t.Errorf("EMF metadata %+v, function %q source %q", doc.AWS, doc.FunctionName, doc.Source)
+	}
+	for _, m := range cw[0].Metrics {
+		if _, ok := counts[m.Name]; !ok {
+			t.Errorf("declared metric %s has no value at the root", m.Name)
+		}
+	}
+}
+
+func TestUnsupportedEventIsAnError(t *testing.T) {
+	h := newHarness(t)
+	for _, payload := range []string{`{"hello":"world"}`, `[1,2]`, `not json`} {
+		if _, err := h.router.Invoke(context.Background(), []byte(payload)); err == nil {
+			t.Errorf("Invoke(%s) succeeded; want an error", payload)
+		}
+	}
+}
