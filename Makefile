@@ -5,20 +5,26 @@ SHELL := bash
 GO ?= go
 PYTHON ?= python3
 
-TOOLS     := $(CURDIR)/.tools
-VENV_MOTO := $(TOOLS)/venv-moto
-VENV_SAM  := $(TOOLS)/venv-sam
-RIE       := $(TOOLS)/bin/aws-lambda-rie
+TOOLS       := $(CURDIR)/.tools
+VENV_MOTO   := $(TOOLS)/venv-moto
+VENV_SAM    := $(TOOLS)/venv-sam
+RIE         := $(TOOLS)/bin/aws-lambda-rie
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
-PIP_FLAGS := -q --disable-pip-version-check --no-input
+HOST_BOOTSTRAP := $(TOOLS)/host/bootstrap
+PIP_FLAGS   := -q --disable-pip-version-check --no-input
 
-.PHONY: test unit integration demo walkthrough vet fmt-check tools clean
+# What the Go tests need from outside: moto (started by tools/with-moto.sh)
+# and the emulator. The REQUIRE variables turn a missing one into a failure.
+TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_TEST_RIE=$(RIE)
+
+.PHONY: test unit go-test demo walkthrough bench vet fmt-check tools clean host-bootstrap
 
 ## test: every check and every test (what .ci/run calls)
 test: fmt-check vet tools
-	IDEM_REQUIRE_MOTO=1 tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory sam-check
+	$(TEST_ENV) tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
 
-## unit: the hermetic tests only (minidyn in-process; moto tests skip)
+## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
 unit:
 	$(GO) test -race -count=1 ./...
 
@@ -29,7 +35,9 @@ fmt-check:
 	@out=$$(gofmt -l $$(find . -path ./.tools -prune -o -name '*.go' -print)); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
-tools: $(VENV_MOTO)/.installed
+## tools: the pinned tools, installed in parallel
+tools:
+	$(MAKE) --no-print-directory -j3 $(VENV_MOTO)/.installed $(VENV_SAM)/.installed $(RIE)
 
 $(VENV_MOTO)/.installed: tools/requirements-moto.txt
 	rm -rf $(VENV_MOTO)
@@ -47,10 +55,21 @@ $(RIE):
 	mkdir -p $(dir $@)
 	GOBIN=$(dir $@) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
+## host-bootstrap: the function built for this machine, to run under the emulator
+host-bootstrap:
+	CGO_ENABLED=0 $(GO) build -tags lambda.norpc -o $(HOST_BOOTSTRAP) ./cmd/handler
+
+## demo: the main job, locally: the bootstrap under the emulator, moto, a webhook receiver
+demo:
+	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
+	$(MAKE) --no-print-directory host-bootstrap
+	tools/with-moto.sh $(GO) run ./cmd/demo -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -events events
+
+## walkthrough: the engine's seed scenarios over the in-memory store (no AWS, no tools)
 walkthrough:
 	$(GO) run ./cmd/walkthrough
 
-demo: walkthrough
-
 clean:
 	rm -rf $(TOOLS) .aws-sam bin
+
+include mk/sam.mk

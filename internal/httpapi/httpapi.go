@@ -121,7 +121,7 @@ func clientKey(headers map[string]string) (string, error) {
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, string) {
 	start := h.o.Now()
 	resp, label, key, attempts := h.handle(ctx, req)
-	h.o.Logger.Info("request", "requestId", req.RequestContext.RequestID, "key", key, "outcome", label,
+	h.o.Logger.InfoContext(ctx, "request", "requestId", req.RequestContext.RequestID, "key", key, "outcome", label,
 		"status", resp.StatusCode, "attempts", attempts, "duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
 	return resp, label
 }

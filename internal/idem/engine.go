@@ -261,7 +261,7 @@ func (e *Engine) run(ctx context.Context, rec Record, res Reservation, fn Action
 		}
 		class := Classify(err)
 		if class == ClassUnknown {
-			e.o.Logger.Warn("unclassified action error", "key", rec.Key, "error", err.Error(), "type", fmt.Sprintf("%T", err), "treated_as", e.o.UnknownAs.String())
+			e.o.Logger.WarnContext(ctx, "unclassified action error", "key", rec.Key, "error", err.Error(), "type", fmt.Sprintf("%T", err), "treated_as", e.o.UnknownAs.String())
 			class = e.o.UnknownAs
 		}
 		switch class {
@@ -295,7 +295,7 @@ func (e *Engine) run(ctx context.Context, rec Record, res Reservation, fn Action
 func (e *Engine) call(ctx context.Context, key string, fn Action) (result []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			e.o.Logger.Error("action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			e.o.Logger.ErrorContext(ctx, "action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			err = PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))
 		}
 	}()
@@ -318,7 +318,7 @@ func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, res
 	if ce, ok := errors.AsType[*ClassifiedError](err); ok && ce.Class == ClassPermanent && ce.Code == CodeResultTooLarge {
 		return e.fail(ctx, out, res, &Error{Code: CodeResultTooLarge, Message: err.Error(), Err: err}, false)
 	}
-	return e.writeFailed(out, "complete", err)
+	return e.writeFailed(ctx, out, "complete", err)
 }
 
 // fail records failure (released for a take-over when retryable) and
@@ -331,7 +331,7 @@ func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure
 	f := e.finish(res, out.Attempts)
 	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
 	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {
-		return e.writeFailed(out, "fail", err)
+		return e.writeFailed(ctx, out, "fail", err)
 	}
 	out.Status, out.Err = StatusFailed, failure
 	out.Stored = !retryable
@@ -361,15 +361,15 @@ func (e *Engine) write(ctx context.Context, op func() error) error {
 // writeFailed turns a failed completion write into the outcome. The work may
 // have been done; the record stays IN_PROGRESS with our token until its
 // lease ends.
-func (e *Engine) writeFailed(out Outcome, op string, err error) Outcome {
+func (e *Engine) writeFailed(ctx context.Context, out Outcome, op string, err error) Outcome {
 	if errors.Is(err, ErrLeaseLost) {
 		e.leaseLost.Add(1)
-		e.o.Logger.Warn("lease lost: result discarded", "key", out.Key, "op", op, "attempts", out.Attempts)
+		e.o.Logger.WarnContext(ctx, "lease lost: result discarded", "key", out.Key, "op", op, "attempts", out.Attempts)
 		out.Status, out.Result, out.Stored = "", nil, false
 		out.Err = &Error{Code: CodeLeaseLost, Message: "the lease was taken over before " + op + "; the result was discarded", Retryable: true, Err: err}
 		return out
 	}
-	e.o.Logger.Error("completion write failed", "key", out.Key, "op", op, "error", err.Error())
+	e.o.Logger.ErrorContext(ctx, "completion write failed", "key", out.Key, "op", op, "error", err.Error())
 	out.Status, out.Stored = StatusInProgress, false
 	out.Err = e.storeError(op, out.Key, err)
 	return out

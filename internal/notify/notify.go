@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -72,7 +73,8 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		if idem.Classify(err) == idem.ClassTransient {
+		// A connection closed before the reply (io.EOF) is a reset too.
+		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
 			return action.Result{}, idem.Transient(fmt.Errorf("notify: POST %s: %w", n.URL, err))
 		}
 		return action.Result{}, fmt.Errorf("notify: POST %s: %w", n.URL, err)

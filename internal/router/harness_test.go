@@ -41,7 +41,7 @@ type harness struct {
 	counter *ddbtest.Counter
 	table   string
 	down    *downstream.Server
-	metrics *bytes.Buffer
+	metrics *syncBuffer
 	logs    *syncBuffer
 	mu      sync.Mutex
 	sleeps  []time.Duration
@@ -78,7 +78,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	for _, m := range mods {
 		m(&o)
 	}
-	h := &harness{t: t, down: downstream.New(), metrics: &bytes.Buffer{}, logs: &syncBuffer{}}
+	h := &harness{t: t, down: downstream.New(), metrics: &syncBuffer{}, logs: &syncBuffer{}}
 	var ep string
 	h.ddb, ep = ddbtest.Minidyn(t)
 	h.client, h.counter = ddbtest.Client(ddbtest.Config(ep, nil))

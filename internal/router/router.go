@@ -52,7 +52,7 @@ type shape struct {
 func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.logger().Error("invocation panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			r.logger().ErrorContext(ctx, "invocation panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			result, err = nil, fmt.Errorf("internal error: %v", p)
 		}
 	}()
@@ -96,7 +96,7 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	}
 	if r.Metrics != nil {
 		if err := emf.Write(r.Metrics, MetricsNamespace, r.Function, source, &counts, now().Sub(start), now()); err != nil {
-			r.logger().Warn("metrics not written", "error", err.Error())
+			r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())
 		}
 	}
 	return result, nil

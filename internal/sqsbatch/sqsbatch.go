@@ -186,7 +186,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	wg.Wait()
 	var resp events.SQSEventResponse
 	for _, r := range results {
-		h.o.Logger.Info("record", "messageId", r.MessageID, "key", r.Key, "outcome", r.Outcome, "code", string(r.Code),
+		h.o.Logger.InfoContext(ctx, "record", "messageId", r.MessageID, "key", r.Key, "outcome", r.Outcome, "code", string(r.Code),
 			"attempts", r.Attempts, "duration_ms", float64(r.Duration.Microseconds())/1000)
 		if !r.Ack {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageID})
@@ -259,7 +259,7 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 		if r := recover(); r != nil {
 			// A bug outside the action: nothing says what happened, so the
 			// message must come back.
-			h.o.Logger.Error("record processing panicked", "messageId", m.MessageId, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			h.o.Logger.ErrorContext(ctx, "record processing panicked", "messageId", m.MessageId, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			res = Result{MessageID: m.MessageId, Outcome: emf.StoreError, Code: idem.CodePanic}
 		}
 		res.Duration = h.o.Now().Sub(start)
@@ -358,7 +358,7 @@ func (b *batch) poison(ctx context.Context, res Result, body []byte, reason idem
 		At: now, ExpiresAt: now.Add(h.o.PoisonRetention),
 	})
 	if err != nil {
-		h.o.Logger.Error("poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(reason), "error", err.Error())
+		h.o.Logger.ErrorContext(ctx, "poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(reason), "error", err.Error())
 		res.Outcome = emf.StoreError
 		return res
 	}

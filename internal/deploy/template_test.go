@@ -1,0 +1,536 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
+
+	"github.com/oncely/oncely/internal/config"
+	"github.com/oncely/oncely/internal/ddbstore"
+)
+
+const (
+	templatePath = "../../template.yaml"
+	makefilePath = "../../mk/sam.mk"
+	eventsDir    = "../../events"
+)
+
+// knownEnv are the variables internal/config reads.
+var knownEnv = config.Variables
+
+// sdkEnv are read by aws-sdk-go-v2 itself, not by our configuration. The
+// template declares them (empty) only so that `sam local invoke --env-vars`
+// can set them: it overrides nothing the template does not declare.
+var sdkEnv = []string{"AWS_ENDPOINT_URL_DYNAMODB"}
+
+// Defaults AWS applies when the template leaves a property out.
+const (
+	defaultFunctionTimeout   = 3      // SAM / Lambda, seconds
+	defaultVisibilityTimeout = 30     // SQS, seconds
+	defaultRetention         = 345600 // SQS, 4 days in seconds
+	defaultBatchingWindow    = 0
+)
+
+func TestTemplate(t *testing.T) {
+	tpl := loadTemplate(t)
+	functions := tpl.ofType("AWS::Serverless::Function")
+	if len(functions) == 0 {
+		t.Fatalf("got no AWS::Serverless::Function in %s, want at least one", templatePath)
+	}
+	tables := tpl.ofType("AWS::DynamoDB::Table")
+	if len(tables) != 1 {
+		t.Fatalf("got DynamoDB tables %v, want exactly one", tables)
+	}
+	table := tables[0]
+
+	t.Run("queue visibility covers 6x timeout plus batching window", func(t *testing.T) {
+		events := tpl.sqsEvents(t)
+		if len(events) == 0 {
+			t.Fatal("got no SQS events, want at least one")
+		}
+		for _, ev := range events {
+			timeout := tpl.functionInt(t, ev.function, "Timeout", defaultFunctionTimeout)
+			window := intOr(t, get(ev.props, "MaximumBatchingWindowInSeconds"), defaultBatchingWindow)
+			visibility := intOr(t, get(tpl.props(ev.queue), "VisibilityTimeout"), defaultVisibilityTimeout)
+			if want := 6*timeout + window; visibility < want {
+				t.Errorf("%s: %s VisibilityTimeout got %d, want >= 6 x Timeout %d + MaximumBatchingWindowInSeconds %d = %d",
+					ev, ev.queue, visibility, timeout, window, want)
+			}
+		}
+	})
+
+	t.Run("SQS events report batch item failures", func(t *testing.T) {
+		for _, ev := range tpl.sqsEvents(t) {
+			got := scalars(get(ev.props, "FunctionResponseTypes"))
+			if !slices.Contains(got, "ReportBatchItemFailures") {
+				t.Errorf("%s: FunctionResponseTypes got %q, want it to contain ReportBatchItemFailures", ev, got)
+			}
+		}
+	})
+
+	t.Run("table key and TTL match ddbstore", func(t *testing.T) {
+		p := tpl.props(table)
+		if got, want := str(get(p, "BillingMode")), "PAY_PER_REQUEST"; got != want {
+			t.Errorf("BillingMode got %q, want %q", got, want)
+		}
+		var hash []string
+		for _, k := range items(get(p, "KeySchema")) {
+			hash = append(hash, str(get(k, "AttributeName"))+" "+str(get(k, "KeyType")))
+		}
+		if diff := cmp.Diff([]string{ddbstore.AttrPK + " HASH"}, hash); diff != "" {
+			t.Errorf("KeySchema (-want +got):\n%s", diff)
+		}
+		types := map[string]string{}
+		for _, d := range items(get(p, "AttributeDefinitions")) {
+			types[str(get(d, "AttributeName"))] = str(get(d, "AttributeType"))
+		}
+		if got, want := types[ddbstore.AttrPK], "S"; got != want {
+			t.Errorf("AttributeType of %q got %q, want %q", ddbstore.AttrPK, got, want)
+		}
+		if got, want := str(get(p, "TimeToLiveSpecification", "AttributeName")), ddbstore.TTLAttribute; got != want {
+			t.Errorf("TTL AttributeName got %q, want %q (ddbstore.TTLAttribute)", got, want)
+		}
+		for _, path := range [][]string{
+			{"TimeToLiveSpecification", "Enabled"},
+			{"PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled"},
+			{"SSESpecification", "SSEEnabled"},
+		} {
+			if got := str(get(p, path...)); got != "true" {
+				t.Errorf("%s got %q, want true", strings.Join(path, "."), got)
+			}
+		}
+	})
+
+	t.Run("IAM grants exactly RequiredIAMActions on the table", func(t *testing.T) {
+		want := slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))
+		for _, fn := range functions {
+			p := tpl.props(fn)
+			if get(p, "Role") != nil {
+				t.Errorf("%s: got a Role, want Policies only (a Role bypasses this check)", fn)
+			}
+			var got []string
+			for i, policy := range items(get(p, "Policies")) {
+				if policy.Kind != yaml.MappingNode || get(policy, "Statement") == nil {
+					t.Errorf("%s: Policies[%d] got %s, want an inline policy document (no managed policies or SAM policy templates such as DynamoDBCrudPolicy)",
+						fn, i, describe(policy))
+					continue
+				}
+				for j, st := range items(get(policy, "Statement")) {
+					where := fn + ": Policies[" + strconv.Itoa(i) + "].Statement[" + strconv.Itoa(j) + "]"
+					if effect := str(get(st, "Effect")); effect != "Allow" {
+						t.Errorf("%s: Effect got %q, want Allow", where, effect)
+					}
+					for _, k := range []string{"NotAction", "NotResource"} {
+						if get(st, k) != nil {
+							t.Errorf("%s: got %s, want Action and Resource only", where, k)
+						}
+					}
+					for _, action := range scalars(get(st, "Action")) {
+						if strings.Contains(action, "*") {
+							t.Errorf("%s: Action got %q, want no wildcard", where, action)
+						}
+						got = append(got, action)
+					}
+					for _, res := range items(get(st, "Resource")) {
+						if id, attr, ok := getAtt(res); !ok || id != table || attr != "Arn" {
+							t.Errorf("%s: Resource got %s, want !GetAtt %s.Arn", where, describe(res), table)
+						}
+					}
+				}
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s: IAM actions, want ddbstore.RequiredIAMActions() (-want +got):\n%s", fn, diff)
+			}
+		}
+	})
+
+	t.Run("redrive after at least 5 receives into a DLQ that outlives its source", func(t *testing.T) {
+		for _, ev := range tpl.sqsEvents(t) {
+			if get(tpl.props(ev.queue), "RedrivePolicy") == nil {
+				t.Errorf("%s: queue %s got no RedrivePolicy, want one with a DLQ", ev, ev.queue)
+			}
+		}
+		for _, q := range tpl.ofType("AWS::SQS::Queue") {
+			rp := get(tpl.props(q), "RedrivePolicy")
+			if rp == nil {
+				continue
+			}
+			if rp.Kind != yaml.MappingNode {
+				t.Errorf("%s: RedrivePolicy got %s, want a mapping", q, describe(rp))
+				continue
+			}
+			if got := intOr(t, get(rp, "maxReceiveCount"), 0); got < 5 {
+				t.Errorf("%s: maxReceiveCount got %d, want >= 5", q, got)
+			}
+			dlq, attr, ok := getAtt(get(rp, "deadLetterTargetArn"))
+			if !ok || attr != "Arn" || tpl.resources[dlq] == nil {
+				t.Errorf("%s: deadLetterTargetArn got %s, want !GetAtt <queue in this template>.Arn", q, describe(get(rp, "deadLetterTargetArn")))
+				continue
+			}
+			src := intOr(t, get(tpl.props(q), "MessageRetentionPeriod"), defaultRetention)
+			dst := intOr(t, get(tpl.props(dlq), "MessageRetentionPeriod"), defaultRetention)
+			if dst <= src {
+				t.Errorf("%s: DLQ %s MessageRetentionPeriod got %d, want > the source's %d (a message keeps its enqueue time in the DLQ)", q, dlq, dst, src)
+			}
+		}
+	})
+
+	t.Run("functions build with the makefile for provided.al2023 arm64", func(t *testing.T) {
+		mk, err := os.ReadFile(makefilePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fn := range functions {
+			p := tpl.props(fn)
+			for _, c := range []struct{ got, want, what string }{
+				{tpl.functionStr(fn, "Runtime"), "provided.al2023", "Runtime"},
+				{tpl.functionStr(fn, "Handler"), "bootstrap", "Handler"},
+				{str(get(tpl.resources[fn], "Metadata", "BuildMethod")), "makefile", "Metadata.BuildMethod"},
+			} {
+				if c.got != c.want {
+					t.Errorf("%s: %s got %q, want %q", fn, c.what, c.got, c.want)
+				}
+			}
+			arch := get(p, "Architectures")
+			if arch == nil {
+				arch = get(tpl.root, "Globals", "Function", "Architectures")
+			}
+			if got := scalars(arch); !slices.Equal(got, []string{"arm64"}) {
+				t.Errorf("%s: Architectures got %q, want [arm64]", fn, got)
+			}
+			target := regexp.MustCompile(`(?m)^build-` + regexp.QuoteMeta(fn) + `:`)
+			if !target.Match(mk) {
+				t.Errorf("%s: got no build-%s: target in %s, want one (sam build runs it)", fn, fn, makefilePath)
+			}
+		}
+	})
+
+	t.Run("environment holds only variables the code reads", func(t *testing.T) {
+		for _, fn := range functions {
+			vars := map[string]*yaml.Node{}
+			for _, src := range []*yaml.Node{
+				get(tpl.root, "Globals", "Function", "Environment", "Variables"),
+				get(tpl.props(fn), "Environment", "Variables"),
+			} {
+				for k, v := range pairs(src) {
+					vars[k] = v
+				}
+			}
+			for name := range vars {
+				if !slices.Contains(knownEnv, name) && !slices.Contains(sdkEnv, name) {
+					t.Errorf("%s: Environment got %s, want only variables internal/config reads %q (or the SDK's %q)", fn, name, knownEnv, sdkEnv)
+				}
+			}
+			if id, ok := ref(vars["IDEMPOTENCY_TABLE"]); !ok || id != table {
+				t.Errorf("%s: IDEMPOTENCY_TABLE got %s, want !Ref %s", fn, describe(vars["IDEMPOTENCY_TABLE"]), table)
+			}
+			if vars["DOWNSTREAM_URL"] == nil {
+				t.Errorf("%s: DOWNSTREAM_URL got unset, want set (the code requires it)", fn)
+			}
+		}
+	})
+}
+
+func TestSampleEvents(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(eventsDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("got no sample events in %s, want some", eventsDir)
+	}
+	for _, file := range files {
+		name := filepath.Base(file)
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case strings.HasPrefix(name, "sqs-"):
+				var ev events.SQSEvent
+				decodeStrict(t, data, &ev)
+				checkSQSEvent(t, name, ev)
+			case strings.HasPrefix(name, "api-"):
+				var req events.APIGatewayV2HTTPRequest
+				decodeStrict(t, data, &req)
+				if got, want := req.RequestContext.HTTP.Method+" "+req.RawPath, "POST /events"; got != want {
+					t.Errorf("method and path got %q, want %q (the route in template.yaml)", got, want)
+				}
+				if req.Headers["idempotency-key"] == "" {
+					t.Error("idempotency-key header got empty, want a key (HTTP API lower-cases header names)")
+				}
+			default:
+				t.Errorf("got %s, want a name starting sqs- or api- so that this test knows its shape", name)
+			}
+		})
+	}
+}
+
+func checkSQSEvent(t *testing.T, name string, ev events.SQSEvent) {
+	t.Helper()
+	if len(ev.Records) == 0 {
+		t.Fatal("got no Records, want at least one")
+	}
+	seen := map[string]bool{}
+	for i, r := range ev.Records {
+		if r.MessageId == "" {
+			t.Errorf("Records[%d].messageId got empty, want an id (an empty itemIdentifier fails the whole batch)", i)
+		}
+		if seen[r.MessageId] {
+			t.Errorf("Records[%d].messageId got %q twice, want unique ids", i, r.MessageId)
+		}
+		seen[r.MessageId] = true
+		if r.EventSource != "aws:sqs" {
+			t.Errorf("Records[%d].eventSource got %q, want aws:sqs", i, r.EventSource)
+		}
+		if fifo := strings.HasSuffix(r.EventSourceARN, ".fifo"); fifo != strings.Contains(name, "fifo") {
+			t.Errorf("Records[%d].eventSourceARN got %q, want a .fifo ARN exactly in FIFO samples", i, r.EventSourceARN)
+		}
+		if strings.Contains(name, "fifo") && r.Attributes["MessageGroupId"] == "" {
+			t.Errorf("Records[%d] got no MessageGroupId attribute, want one in a FIFO sample", i)
+		}
+	}
+}
+
+func decodeStrict(t *testing.T, data []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decode into %T: %v", v, err)
+	}
+}
+
+// template is a parsed SAM template. It reads yaml.Node trees so that the
+// CloudFormation short forms (!Ref, !GetAtt, !Sub) survive as tags.
+type template struct {
+	root      *yaml.Node
+	resources map[string]*yaml.Node
+}
+
+func loadTemplate(t *testing.T) template {
+	t.Helper()
+	data, err := os.ReadFile(templatePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("parse %s: %v", templatePath, err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		t.Fatalf("%s: got %s, want one YAML document", templatePath, describe(&doc))
+	}
+	tpl := template{root: doc.Content[0], resources: map[string]*yaml.Node{}}
+	for id, res := range pairs(get(tpl.root, "Resources")) {
+		tpl.resources[id] = res
+	}
+	return tpl
+}
+
+// ofType returns the logical ids of the resources of type typ, sorted.
+func (tpl template) ofType(typ string) []string {
+	var ids []string
+	for id, res := range tpl.resources {
+		if str(get(res, "Type")) == typ {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (tpl template) props(id string) *yaml.Node { return get(tpl.resources[id], "Properties") }
+
+// functionStr and functionInt read a function property, falling back to
+// Globals.Function.
+func (tpl template) functionStr(fn, key string) string {
+	if n := get(tpl.props(fn), key); n != nil {
+		return str(n)
+	}
+	return str(get(tpl.root, "Globals", "Function", key))
+}
+
+func (tpl template) functionInt(t *testing.T, fn, key string, def int) int {
+	t.Helper()
+	if n := get(tpl.props(fn), key); n != nil {
+		return intOr(t, n, def)
+	}
+	return intOr(t, get(tpl.root, "Globals", "Function", key), def)
+}
+
+// sqsEvent is one SQS event source of one function.
+type sqsEvent struct {
+	function, name, queue string
+	props                 *yaml.Node
+}
+
+func (ev sqsEvent) String() string { return ev.function + ".Events." + ev.name }
+
+func (tpl template) sqsEvents(t *testing.T) []sqsEvent {
+	t.Helper()
+	var out []sqsEvent
+	for _, fn := range tpl.ofType("AWS::Serverless::Function") {
+		for name, ev := range pairs(get(tpl.props(fn), "Events")) {
+			if str(get(ev, "Type")) != "SQS" {
+				continue
+			}
+			e := sqsEvent{function: fn, name: name, props: get(ev, "Properties")}
+			id, attr, ok := getAtt(get(e.props, "Queue"))
+			if !ok || attr != "Arn" || str(get(tpl.resources[id], "Type")) != "AWS::SQS::Queue" {
+				t.Errorf("%s: Queue got %s, want !GetAtt <AWS::SQS::Queue in this template>.Arn", e, describe(get(e.props, "Queue")))
+				continue
+			}
+			e.queue = id
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b sqsEvent) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+// get walks mapping keys from n; it returns nil if any is missing.
+func get(n *yaml.Node, path ...string) *yaml.Node {
+	for _, key := range path {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+				break
+			}
+		}
+		n = next
+	}
+	return n
+}
+
+// pairs yields a mapping's keys and values (nothing for nil or a non-mapping).
+func pairs(n *yaml.Node) func(yield func(string, *yaml.Node) bool) {
+	return func(yield func(string, *yaml.Node) bool) {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if !yield(n.Content[i].Value, n.Content[i+1]) {
+				return
+			}
+		}
+	}
+}
+
+// items returns a sequence's elements, or a lone value as a one-element list
+// (CloudFormation accepts both for Action, Resource, Statement, Policies).
+func items(n *yaml.Node) []*yaml.Node {
+	switch {
+	case n == nil:
+		return nil
+	case n.Kind == yaml.SequenceNode && !isIntrinsic(n):
+		return n.Content
+	default:
+		return []*yaml.Node{n}
+	}
+}
+
+// scalars returns the literal string values of items(n); an intrinsic
+// function shows as its description, so that it never matches by accident.
+func scalars(n *yaml.Node) []string {
+	var out []string
+	for _, it := range items(n) {
+		out = append(out, str(it))
+	}
+	return out
+}
+
+func str(n *yaml.Node) string {
+	if n == nil {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode || isIntrinsic(n) {
+		return describe(n)
+	}
+	return n.Value
+}
+
+// intOr returns n as an integer, def when n is absent. A value that is not a
+// literal integer (a !Ref, say) fails the test: these checks need numbers.
+func intOr(t *testing.T, n *yaml.Node, def int) int {
+	t.Helper()
+	if n == nil {
+		return def
+	}
+	v, err := strconv.Atoi(str(n))
+	if err != nil {
+		t.Errorf("line %d: got %s, want a literal integer so that it can be checked", n.Line, describe(n))
+		return def
+	}
+	return v
+}
+
+func isIntrinsic(n *yaml.Node) bool {
+	return strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!")
+}
+
+// ref returns X for !Ref X or {Ref: X}.
+func ref(n *yaml.Node) (string, bool) {
+	switch {
+	case n == nil:
+		return "", false
+	case n.Tag == "!Ref" && n.Kind == yaml.ScalarNode:
+		return n.Value, true
+	case n.Kind == yaml.MappingNode && len(n.Content) == 2 && n.Content[0].Value == "Ref":
+		return n.Content[1].Value, true
+	}
+	return "", false
+}
+
+// getAtt returns (X, Y) for !GetAtt X.Y, !GetAtt [X, Y] or {Fn::GetAtt: ...}.
+func getAtt(n *yaml.Node) (id, attr string, ok bool) {
+	if n == nil {
+		return "", "", false
+	}
+	arg := n
+	switch {
+	case n.Tag == "!GetAtt":
+	case n.Kind == yaml.MappingNode && len(n.Content) == 2 && n.Content[0].Value == "Fn::GetAtt":
+		arg = n.Content[1]
+	default:
+		return "", "", false
+	}
+	switch arg.Kind {
+	case yaml.ScalarNode:
+		id, attr, ok = strings.Cut(arg.Value, ".")
+		return id, attr, ok
+	case yaml.SequenceNode:
+		if len(arg.Content) == 2 {
+			return arg.Content[0].Value, arg.Content[1].Value, true
+		}
+	}
+	return "", "", false
+}
+
+// describe renders a node for failure messages.
+func describe(n *yaml.Node) string {
+	if n == nil {
+		return "nothing"
+	}
+	out, err := yaml.Marshal(n)
+	if err != nil {
+		return "line " + strconv.Itoa(n.Line)
+	}
+	return strings.Join(strings.Fields(string(out)), " ")
+}

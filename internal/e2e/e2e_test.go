@@ -1,0 +1,334 @@
+// Package e2e drives the real bootstrap under the AWS Lambda Runtime
+// Interface Emulator, against a moto server and a real HTTP downstream.
+// `make test` provides the emulator and moto; run alone, the tests skip.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
+	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/rie"
+)
+
+// Environment the tests read.
+const (
+	envRIE     = "IDEM_TEST_RIE"    // path to aws-lambda-rie
+	envRequire = "IDEM_REQUIRE_E2E" // make a missing emulator or moto a failure
+)
+
+var bootstrap string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if os.Getenv(envRIE) == "" || os.Getenv(ddbtest.EnvMoto) == "" {
+			return m.Run() // each test skips, or fails under envRequire
+		}
+		dir, err := os.MkdirTemp("", "oncely-e2e")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bootstrap = filepath.Join(dir, "bootstrap")
+		// The same build as the deployed one, for this machine.
+		build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bootstrap, "github.com/oncely/oncely/cmd/handler")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build bootstrap: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// fn is one deployed-like function: its own table, downstream and emulator.
+type fn struct {
+	t      *testing.T
+	emu    *rie.Emulator
+	down   *downstream.Server
+	table  string
+	client *dynamodb.Client
+}
+
+func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
+	t.Helper()
+	if bootstrap == "" {
+		if os.Getenv(envRequire) != "" {
+			t.Fatalf("%s and %s are required (make test sets them)", envRIE, ddbtest.EnvMoto)
+		}
+		t.Skipf("set %s and %s (make test does) to run the end-to-end tests", envRIE, ddbtest.EnvMoto)
+	}
+	moto := os.Getenv(ddbtest.EnvMoto)
+	f := &fn{t: t, down: downstream.New()}
+	f.client, _ = ddbtest.Client(ddbtest.Config(moto, nil))
+	f.table = ddbtest.NewTable(t, f.client)
+	hs := httptest.NewServer(f.down)
+	t.Cleanup(func() { f.down.Close(); hs.Close() })
+	base := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ENDPOINT_URL_DYNAMODB=" + moto,
+		"AWS_LAMBDA_FUNCTION_NAME=oncely-e2e",
+		fmt.Sprintf("AWS_LAMBDA_FUNCTION_TIMEOUT=%d", timeoutSeconds),
+		"IDEMPOTENCY_TABLE=" + f.table,
+		"DOWNSTREAM_URL=" + hs.URL + "/webhook",
+		"NOTIFY_TIMEOUT=1s",
+		"IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms",
+	}
+	var err error
+	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: append(base, env...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.emu.Stop()
+		if t.Failed() {
+			t.Logf("emulator and function output:\n%s", f.emu.Log())
+		}
+	})
+	return f
+}
+
+func sqsBatch(t *testing.T, msgs ...[2]string) []byte {
+	t.Helper()
+	var ev events.SQSEvent
+	for _, m := range msgs {
+		ev.Records = append(ev.Records, events.SQSMessage{
+			MessageId: m[0], ReceiptHandle: "rh-" + m[0], Body: m[1], EventSource: "aws:sqs",
+			EventSourceARN: "arn:aws:sqs:us-east-1:123456789012:oncely-events", AWSRegion: "us-east-1",
+			Attributes: map[string]string{"ApproximateReceiveCount": "1"},
+		})
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sqs invokes the function with a batch and returns the ids it sent back.
+func (f *fn) sqs(payload []byte) []string {
+	f.t.Helper()
+	body, err := f.emu.Invoke(context.Background(), payload)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var resp struct {
+		BatchItemFailures []struct{ ItemIdentifier string } `json:"batchItemFailures"`
+		ErrorMessage      string                            `json:"errorMessage"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil || resp.ErrorMessage != "" {
+		f.t.Fatalf("invoke answered %q (%v); want an SQS batch response", body, err)
+	}
+	ids := []string{}
+	for _, r := range resp.BatchItemFailures {
+		ids = append(ids, r.ItemIdentifier)
+	}
+	return ids
+}
+
+func (f *fn) record(key string) map[string]types.AttributeValue {
+	f.t.Helper()
+	out, err := f.client.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: &f.table, ConsistentRead: new(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "oncely-e2e#" + key}},
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out.Item
+}
+
+func s(item map[string]types.AttributeValue, a string) string {
+	switch v := item[a].(type) {
+	case *types.AttributeValueMemberS:
+		return v.Value
+	case *types.AttributeValueMemberN:
+		return v.Value
+	case *types.AttributeValueMemberBOOL:
+		return fmt.Sprint(v.Value)
+	}
+	return ""
+}
+
+const (
+	key42  = "evt:release-42:notify"
+	body42 = `{"id":"release-42","action":"notify"}`
+)
+
+func TestE2EDuplicateInTwoInvocationsCallsDownstreamOnce(t *testing.T) {
+	f := start(t, 10)
+	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 0 {
+		t.Fatalf("first invocation failures %v", ids)
+	}
+	if ids := f.sqs(sqsBatch(t, [2]string{"m2", body42})); len(ids) != 0 {
+		t.Fatalf("second invocation failures %v", ids)
+	}
+	if n := f.down.Count(key42); n != 1 {
+		t.Errorf("downstream deliveries %d; want 1", n)
+	}
+	if rec := f.record(key42); s(rec, "status") != "SUCCEEDED" {
+		t.Errorf("record %v; want SUCCEEDED", rec)
+	}
+}
+
+func TestE2ETransient503ThenRedeliveredAndAcknowledged(t *testing.T) {
+	f := start(t, 10)
+	f.down.Script(key42, downstream.Reply{Status: 503, RetryAfter: "60"})
+	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 1 || ids[0] != "m1" {
+		t.Fatalf("failures %v; want [m1]", ids)
+	}
+	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 0 {
+		t.Fatalf("redelivery failures %v; want none", ids)
+	}
+	if n := f.down.Count(key42); n != 2 {
+		t.Errorf("deliveries %d; want 2", n)
+	}
+}
+
+func TestE2EPermanent404RecordedAndReplayed(t *testing.T) {
+	f := start(t, 10)
+	f.down.Script(key42, downstream.Reply{Status: 404})
+	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 0 {
+		t.Fatalf("failures %v; want none", ids)
+	}
+	if rec := f.record(key42); s(rec, "status") != "FAILED" || s(rec, "error_code") != "HTTP_404" || s(rec, "retryable") != "false" {
+		t.Fatalf("record %v; want FAILED HTTP_404", rec)
+	}
+	if ids := f.sqs(sqsBatch(t, [2]string{"m2", body42})); len(ids) != 0 {
+		t.Fatalf("redelivery failures %v", ids)
+	}
+	if n := f.down.Count(key42); n != 1 {
+		t.Errorf("deliveries %d; want 1", n)
+	}
+}
+
+// TestE2ECrashMidAction kills the runtime while the downstream holds the
+// request. The handler itself never outlives its lease (the action's ctx
+// ends before the invocation deadline, so a timeout is released, not
+// crashed), so the crash is a real SIGKILL of the bootstrap process.
+func TestE2ECrashMidAction(t *testing.T) {
+	const timeout = 4
+	f := start(t, timeout, "NOTIFY_TIMEOUT=3s")
+	f.down.Script(key42, downstream.Reply{Hang: true})
+	crashed := make(chan []byte)
+	invoked := time.Now()
+	go func() {
+		body, _ := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
+		crashed <- body
+	}()
+	for f.down.Count(key42) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := f.emu.KillRuntime(); err != nil {
+		t.Fatal(err)
+	}
+	if body := <-crashed; strings.Contains(string(body), "batchItemFailures") {
+		t.Fatalf("the crashed invocation answered %q; want an error", body)
+	}
+	rec := f.record(key42)
+	if s(rec, "status") != "IN_PROGRESS" {
+		t.Fatalf("after the crash: %v; want IN_PROGRESS", rec)
+	}
+	// Before the lease ends: the key is held; the message goes back.
+	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 1 || ids[0] != "m1" {
+		t.Fatalf("redelivery inside the lease: failures %v; want [m1]", ids)
+	}
+	if n := f.down.Count(key42); n != 1 {
+		t.Fatalf("deliveries %d inside the lease; want 1", n)
+	}
+	// After the lease (the crashed invocation's deadline): take over, complete.
+	time.Sleep(time.Until(invoked.Add(timeout*time.Second + 300*time.Millisecond)))
+	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 0 {
+		t.Fatalf("redelivery after the lease: failures %v; want none", ids)
+	}
+	rec = f.record(key42)
+	if s(rec, "status") != "SUCCEEDED" || s(rec, "attempts") != "2" {
+		t.Errorf("final record status %s attempts %s; want SUCCEEDED 2", s(rec, "status"), s(rec, "attempts"))
+	}
+	if n := f.down.Count(key42); n != 2 {
+		t.Errorf("deliveries %d; want 2 (the crashed one and the take-over)", n)
+	}
+}
+
+func apiPayload(t *testing.T, key, body string) []byte {
+	t.Helper()
+	req := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: "POST /events", RawPath: "/events", Body: body,
+		Headers: map[string]string{"content-type": "application/json", "idempotency-key": key},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RequestID: "req-1", HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/events"},
+		},
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestE2EAPIRequestReplayAndReuse(t *testing.T) {
+	f := start(t, 10)
+	call := func(body string) events.APIGatewayV2HTTPResponse {
+		t.Helper()
+		raw, err := f.emu.Invoke(context.Background(), apiPayload(t, "order-7f3a9c21", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.APIGatewayV2HTTPResponse
+		if err := json.Unmarshal(raw, &resp); err != nil || resp.StatusCode == 0 {
+			t.Fatalf("invoke answered %q; want an HTTP API response", raw)
+		}
+		return resp
+	}
+	first := call(body42)
+	if first.StatusCode != 200 {
+		t.Fatalf("first: %d %s", first.StatusCode, first.Body)
+	}
+	replay := call(body42)
+	if replay.StatusCode != 200 || replay.Body != first.Body || replay.Headers["Idempotent-Replayed"] != "true" {
+		t.Fatalf("replay: %d %v %q", replay.StatusCode, replay.Headers, replay.Body)
+	}
+	if changed := call(`{"id":"release-42","action":"notify","extra":1}`); changed.StatusCode != 422 {
+		t.Fatalf("changed body: %d %s; want 422", changed.StatusCode, changed.Body)
+	}
+	if n := f.down.Count("order-7f3a9c21"); n != 1 {
+		t.Errorf("deliveries %d; want 1", n)
+	}
+}
+
+func TestE2EBadConfigurationFailsInitWithOneLine(t *testing.T) {
+	f := start(t, 10, "IDEMPOTENCY_TTL=forever")
+	body, err := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "batchItemFailures") {
+		t.Fatalf("a misconfigured function answered %q", body)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(f.emu.Log(), `config: IDEMPOTENCY_TTL: want a positive Go duration such as 500ms, 3s or 24h, got "forever"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the init error does not name the variable:\n%s", f.emu.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if f.down.Total() != 0 {
+		t.Errorf("a misconfigured function delivered")
+	}
+}
