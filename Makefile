@@ -65,6 +65,21 @@ demo:
 	$(MAKE) --no-print-directory host-bootstrap
 	tools/with-moto.sh $(GO) run ./cmd/demo -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -events events
 
+BENCH_DIR := $(TOOLS)/bench
+
+## bench: measure what an event costs; prints a table and writes BENCHMARKS.md
+bench:
+	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
+	$(MAKE) --no-print-directory host-bootstrap
+	mkdir -p $(BENCH_DIR)
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/idem/ | tee $(BENCH_DIR)/engine.txt
+	$(GO) test -run '^$$' -bench BenchmarkEngineFresh -benchtime 2s -cpuprofile $(BENCH_DIR)/cpu.prof -o $(BENCH_DIR)/idem.test ./internal/idem/ > /dev/null
+	$(GO) tool pprof -top -nodecount 25 $(BENCH_DIR)/idem.test $(BENCH_DIR)/cpu.prof > $(BENCH_DIR)/profile.txt 2>/dev/null
+	CGO_ENABLED=0 $(GO) build -tags lambda.norpc,benchprofile -o $(BENCH_DIR)/bootstrap-profile ./cmd/handler
+	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) \
+		-profile-bootstrap $(BENCH_DIR)/bootstrap-profile \
+		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -out BENCHMARKS.md
+
 ## walkthrough: the engine's seed scenarios over the in-memory store (no AWS, no tools)
 walkthrough:
 	$(GO) run ./cmd/walkthrough

@@ -86,7 +86,7 @@ do_start() {
 	endpoint="http://127.0.0.1:$port"
 
 	# setsid: own session + process group (pgid == pid), so stop can kill the whole group.
-	setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" </dev/null >"$dir/moto.log" 2>&1 &
+	setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$port" </dev/null >"$dir/moto.log" 2>&1 &
 	pid=$!
 	echo "$pid" >"$dir/moto.pid"
 	echo "$endpoint" >"$dir/moto.endpoint"

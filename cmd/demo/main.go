@@ -73,15 +73,10 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir string) error
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
 
-	emu, err := rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Env: []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_ENDPOINT_URL_DYNAMODB=" + endpoint,
-		"AWS_LAMBDA_FUNCTION_NAME=oncely-demo", "AWS_LAMBDA_FUNCTION_TIMEOUT=10", "AWS_LAMBDA_LOG_FORMAT=JSON",
-		"IDEMPOTENCY_TABLE=" + table,
-		"DOWNSTREAM_URL=http://" + l.Addr().String() + "/webhook",
-		"NOTIFY_TIMEOUT=2s", "IDEMPOTENCY_BACKOFF_BASE=20ms", "IDEMPOTENCY_BACKOFF_MAX=200ms",
-	}})
+	emu, err := rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Env: rie.Local{
+		DynamoDB: endpoint, Table: table, DownstreamURL: "http://" + l.Addr().String() + "/webhook", Name: "oncely-demo", TimeoutSeconds: 10,
+		Extra: []string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=2s", "IDEMPOTENCY_BACKOFF_BASE=20ms", "IDEMPOTENCY_BACKOFF_MAX=200ms"},
+	}.Env()})
 	if err != nil {
 		return err
 	}

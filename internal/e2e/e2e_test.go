@@ -79,19 +79,11 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	f.table = ddbtest.NewTable(t, f.client)
 	hs := httptest.NewServer(f.down)
 	t.Cleanup(func() { f.down.Close(); hs.Close() })
-	base := []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_ENDPOINT_URL_DYNAMODB=" + moto,
-		"AWS_LAMBDA_FUNCTION_NAME=oncely-e2e",
-		fmt.Sprintf("AWS_LAMBDA_FUNCTION_TIMEOUT=%d", timeoutSeconds),
-		"IDEMPOTENCY_TABLE=" + f.table,
-		"DOWNSTREAM_URL=" + hs.URL + "/webhook",
-		"NOTIFY_TIMEOUT=1s",
-		"IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms",
-	}
 	var err error
-	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: append(base, env...)})
+	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
+		DynamoDB: moto, Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds,
+		Extra: append([]string{"NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
+	}.Env()})
 	if err != nil {
 		t.Fatal(err)
 	}

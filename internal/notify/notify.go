@@ -35,9 +35,13 @@ type Notifier struct {
 	Now func() time.Time
 }
 
-// New returns a Notifier for url, with its own HTTP client.
+// New returns a Notifier for url, with its own HTTP client. The client keeps
+// enough idle connections for every record of a batch: Go's default of two
+// per host would close and re-dial most of them after each batch.
 func New(url string, timeout time.Duration, classifier idem.HTTPClassifier) *Notifier {
-	return &Notifier{URL: url, Timeout: timeout, Classifier: classifier, Client: &http.Client{}}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 100, 100
+	return &Notifier{URL: url, Timeout: timeout, Classifier: classifier, Client: &http.Client{Transport: t}}
 }
 
 // summary is the small record kept for a delivered notification.

@@ -263,3 +263,30 @@ func PeakRSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("no VmHWM for %d", pid)
 }
+
+// Local describes the function run locally: the environment a bootstrap
+// gets under the emulator, against a local DynamoDB and a local downstream.
+type Local struct {
+	DynamoDB       string // endpoint of the local DynamoDB (moto)
+	Table          string
+	DownstreamURL  string
+	Name           string // AWS_LAMBDA_FUNCTION_NAME, the default namespace
+	TimeoutSeconds int    // AWS_LAMBDA_FUNCTION_TIMEOUT
+	Extra          []string
+}
+
+// Env returns the environment: dummy credentials, the endpoint, the
+// function's identity and timeout, its required variables, then Extra
+// (later entries win).
+func (l Local) Env() []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ENDPOINT_URL_DYNAMODB=" + l.DynamoDB,
+		"AWS_LAMBDA_FUNCTION_NAME=" + l.Name,
+		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(l.TimeoutSeconds),
+		"IDEMPOTENCY_TABLE=" + l.Table,
+		"DOWNSTREAM_URL=" + l.DownstreamURL,
+	}
+	return append(env, l.Extra...)
+}

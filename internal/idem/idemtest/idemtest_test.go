@@ -2,6 +2,8 @@ package idemtest_test
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"strings"
@@ -39,6 +41,18 @@ var broken = map[string]struct {
 		[]string{"ExpiredRetentionCountsAsAbsent"}},
 	"no-cas": {func() idem.Store { return noCAS{memstore.New()} },
 		[]string{"TakeOverIsCompareAndSwap", "LiveLeaseCannotBeTakenOver", "ConcurrentTakeOverHasOneWinner"}},
+	"erroring": {func() idem.Store { return erroring{} },
+		[]string{"ReserveFreshKey", "DuplicateOfInProgressKey", "DuplicateOfSucceededKey", "DuplicateOfFailedKey",
+			"KeyReusedWithOtherFingerprintNeverOverwrites", "ExpiredLeaseTakenOver", "RetryableFailureTakenOver",
+			"TakeOverIsCompareAndSwap", "LiveLeaseCannotBeTakenOver", "ExpiredRetentionCountsAsAbsent",
+			"CompleteAndFailFencedByToken", "CompleteTwiceWithSameToken", "ConcurrentReserveHasOneWinner",
+			"ConcurrentTakeOverHasOneWinner", "ResultsOfEveryShapeRoundTrip", "GetMissingKey", "RepeatedWriteWithOwnTokenIsOwned"}},
+	"forgets-attempts": {func() idem.Store { return forgetsAttempts{memstore.New()} },
+		[]string{"ExpiredLeaseTakenOver", "RetryableFailureTakenOver", "RepeatedWriteWithOwnTokenIsOwned"}},
+	"loses-failures": {func() idem.Store { return losesFailures{memstore.New()} },
+		[]string{"DuplicateOfFailedKey", "RetryableFailureTakenOver"}},
+	"owns-nothing-twice": {func() idem.Store { return ownsNothingTwice{memstore.New()} },
+		[]string{"RepeatedWriteWithOwnTokenIsOwned"}},
 }
 
 func TestBrokenStore(t *testing.T) {
@@ -52,7 +66,13 @@ func TestBrokenStore(t *testing.T) {
 func TestSuiteCatchesBrokenStores(t *testing.T) {
 	for name, b := range broken {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStore$", "-test.v")
+			args := []string{"-test.run=^TestBrokenStore$", "-test.v"}
+			// Under go test -cover, the child's counters join this package's
+			// coverage: the failure branches it runs are real executions.
+			if f := flag.Lookup("test.gocoverdir"); f != nil && f.Value.String() != "" {
+				args = append(args, "-test.gocoverdir="+f.Value.String())
+			}
+			cmd := exec.Command(os.Args[0], args...)
 			cmd.Env = append(os.Environ(), "IDEMTEST_BROKEN="+name)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
@@ -146,4 +166,49 @@ func (s noCAS) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservatio
 	_ = s.Store.Fail(ctx, idem.Finish{Key: r.Key, Token: cur.Token, Now: r.Now, Attempts: cur.Attempts, ExpiresAt: cur.ExpiresAt, Retryable: true, ErrorCode: "X"})
 	cur.Status, cur.Retryable = idem.StatusFailed, true
 	return s.Store.TakeOver(ctx, cur, r)
+}
+
+var errDown = errors.New("store down")
+
+// erroring fails every call.
+type erroring struct{}
+
+func (erroring) Reserve(context.Context, idem.Reservation) (idem.Record, bool, error) {
+	return idem.Record{}, false, errDown
+}
+func (erroring) TakeOver(context.Context, idem.Record, idem.Reservation) (idem.Record, bool, error) {
+	return idem.Record{}, false, errDown
+}
+func (erroring) Complete(context.Context, idem.Finish) error { return errDown }
+func (erroring) Fail(context.Context, idem.Finish) error     { return errDown }
+func (erroring) Get(context.Context, string, time.Time) (idem.Record, bool, error) {
+	return idem.Record{}, false, errDown
+}
+
+// forgetsAttempts restarts the count at every take-over.
+type forgetsAttempts struct{ *memstore.Store }
+
+func (s forgetsAttempts) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	prev.Attempts = 0
+	rec, ok, err := s.Store.TakeOver(ctx, prev, r)
+	rec.Attempts = 1
+	return rec, ok, err
+}
+
+// losesFailures stores a failure without its code and retryability.
+type losesFailures struct{ *memstore.Store }
+
+func (s losesFailures) Fail(ctx context.Context, f idem.Finish) error {
+	f.ErrorCode, f.ErrorMessage, f.Retryable = "", "", false
+	return s.Store.Fail(ctx, f)
+}
+
+// ownsNothingTwice refuses a repeated write of the owner's own token.
+type ownsNothingTwice struct{ *memstore.Store }
+
+func (s ownsNothingTwice) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	if rec, ok, _ := s.Store.Get(ctx, r.Key, r.Now); ok && rec.Token == r.Token {
+		return rec, false, nil
+	}
+	return s.Store.Reserve(ctx, r)
 }

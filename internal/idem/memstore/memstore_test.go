@@ -11,3 +11,11 @@ import (
 func TestConformance(t *testing.T) {
 	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return memstore.New() })
 }
+
+func TestPoisonNotes(t *testing.T) {
+	s := memstore.New()
+	idemtest.RunPoisonTests(t, s)
+	if n := len(s.Poisons()); n != 1 {
+		t.Errorf("%d poison notes after recording one note twice; want 1", n)
+	}
+}

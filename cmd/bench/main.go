@@ -1,0 +1,635 @@
+// Command bench measures what an event costs (store calls, engine CPU and
+// allocations, batch latency against store round-trip time, the real
+// bootstrap's CPU and memory under the Runtime Interface Emulator, cold
+// start), prints one table and writes BENCHMARKS.md. `make bench` builds
+// what it needs, starts moto and runs it.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
+	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/idem/memstore"
+	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/rie"
+	"github.com/oncely/oncely/internal/sqsbatch"
+)
+
+// A figure is one line of the report.
+type figure struct {
+	section, name, value, target, verdict, how string
+}
+
+func main() {
+	rieBin := flag.String("rie", ".tools/bin/aws-lambda-rie", "aws-lambda-rie")
+	boot := flag.String("bootstrap", ".tools/host/bootstrap", "bootstrap built for this machine")
+	goBench := flag.String("gobench", "", "output of go test -bench for the engine (benchstat format)")
+	profile := flag.String("profile", "", "pprof -top output of the engine benchmark, quoted when a target is missed")
+	out := flag.String("out", "BENCHMARKS.md", "report file")
+	events := flag.Int("events", 2000, "events per end-to-end run")
+	runs := flag.Int("runs", 3, "end-to-end runs")
+	starts := flag.Int("starts", 20, "cold starts")
+	profBoot := flag.String("profile-bootstrap", "", "bootstrap built with -tags benchprofile; profiles one more end-to-end run")
+	flag.Parse()
+	moto := os.Getenv(ddbtest.EnvMoto)
+	if moto == "" {
+		fail(errors.New(ddbtest.EnvMoto + " is not set: run `make bench`, which starts moto"))
+	}
+	var figs []figure
+	ctx := context.Background()
+	f, err := storeCalls(ctx, moto)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = engineFigures(*goBench)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = batchLatency(ctx)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = endToEnd(ctx, moto, *rieBin, *boot, *events, *runs)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = coldStart(ctx, moto, *rieBin, *boot, *starts)
+	fail(err)
+	figs = append(figs, f...)
+	bootProfile := ""
+	if *profBoot != "" {
+		bootProfile, err = profileBootstrap(ctx, moto, *rieBin, *profBoot)
+		fail(err)
+	}
+	fail(report(os.Stdout, *out, figs, *goBench, *profile, bootProfile))
+}
+
+func fail(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// --- 1. Store calls per outcome ---
+
+func storeCalls(ctx context.Context, moto string) ([]figure, error) {
+	client, counter := ddbtest.Client(ddbtest.Config(moto, nil))
+	table := fmt.Sprintf("bench-calls-%d", time.Now().UnixNano())
+	if _, err := ddbstore.CreateTable(ctx, client, table); err != nil {
+		return nil, err
+	}
+	store, err := ddbstore.New(client, table, "bench")
+	if err != nil {
+		return nil, err
+	}
+	engine, err := idem.New(idem.Options{Store: store, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	down, url, stop, err := serveDownstream()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	n := notify.New(url, 5*time.Second, idem.HTTPClassifier{})
+	do := func(key, body string) idem.Outcome {
+		r, _ := idem.NewRequest(key, []byte(body))
+		out, _ := engine.Do(ctx, r, func(ctx context.Context) ([]byte, error) {
+			res, err := n.Do(ctx, action.Event{Key: key, Body: []byte(body)})
+			return action.Encode(res), err
+		})
+		return out
+	}
+	measure := func(fn func()) int {
+		counter.Reset()
+		fn()
+		return counter.Total()
+	}
+	how := "SDK middleware counting operations, against moto"
+	var figs []figure
+	add := func(name string, got, want int) {
+		figs = append(figs, figure{"1. Store calls per outcome", name, strconv.Itoa(got), strconv.Itoa(want), verdict(got <= want), how})
+	}
+	add("fresh success", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1"}`) }), 2)
+	add("duplicate of a success", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1"}`) }), 1)
+
+	// In progress: hold one delivery at the downstream and send a duplicate.
+	down.Script("evt:calls-2:notify", downstream.Reply{Delay: 2 * time.Second})
+	done := make(chan struct{})
+	go func() { do("evt:calls-2:notify", `{"id":"calls-2"}`); close(done) }()
+	for down.Count("evt:calls-2:notify") == 0 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	add("duplicate while in progress", measure(func() { do("evt:calls-2:notify", `{"id":"calls-2"}`) }), 1)
+	<-done
+
+	down.Script("evt:calls-3:notify", downstream.Reply{Status: 404})
+	add("permanent failure", measure(func() { do("evt:calls-3:notify", `{"id":"calls-3"}`) }), 2)
+	add("key reuse (engine; the SQS adapter adds 1 PutItem for the poison note)", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1","x":1}`) }), 1)
+
+	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	body := `{"id":"calls-4","action":"notify"}`
+	batch := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "a", Body: body}, {MessageId: "b", Body: body}}}
+	pair := measure(func() { _, _, _ = sqs.Handle(ctx, batch) })
+	add("in-batch duplicate (extra calls beyond the first copy's 2)", pair-2, 0)
+	return figs, nil
+}
+
+func serveDownstream() (*downstream.Server, string, func(), error) {
+	down := downstream.New()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	srv := &http.Server{Handler: down, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return down, "http://" + l.Addr().String() + "/webhook", func() { down.Close(); _ = srv.Close() }, nil
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// --- 2. Engine overhead (from go test -bench) ---
+
+func engineFigures(path string) ([]figure, error) {
+	if path == "" {
+		return nil, errors.New("-gobench is required")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type sample struct{ ns, bytes, allocs []float64 }
+	samples := map[string]*sample{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 || !strings.HasPrefix(fields[0], "Benchmark") {
+			continue
+		}
+		name := strings.Split(fields[0], "-")[0]
+		s := samples[name]
+		if s == nil {
+			s = &sample{}
+			samples[name] = s
+		}
+		for i := 2; i+1 < len(fields); i += 2 {
+			v, _ := strconv.ParseFloat(fields[i], 64)
+			switch fields[i+1] {
+			case "ns/op":
+				s.ns = append(s.ns, v)
+			case "B/op":
+				s.bytes = append(s.bytes, v)
+			case "allocs/op":
+				s.allocs = append(s.allocs, v)
+			}
+		}
+	}
+	var figs []figure
+	for _, name := range []string{"BenchmarkEngineFresh", "BenchmarkEngineReplay"} {
+		s := samples[name]
+		if s == nil || len(s.ns) == 0 {
+			return nil, fmt.Errorf("%s not found in %s", name, path)
+		}
+		how := fmt.Sprintf("go test -bench -benchmem, %d runs, median (min–max)", len(s.ns))
+		ns := stats(s.ns)
+		al := stats(s.allocs)
+		label := strings.TrimPrefix(name, "BenchmarkEngine")
+		figs = append(figs,
+			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": time", fmt.Sprintf("%.1f µs (%.1f–%.1f)", ns.med/1000, ns.min/1000, ns.max/1000), "≤ 20 µs", verdict(ns.med <= 20000), how},
+			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": allocations", fmt.Sprintf("%.0f allocs, %.0f B", al.med, stats(s.bytes).med), "≤ 50 allocs", verdict(al.med <= 50), how},
+		)
+	}
+	return figs, nil
+}
+
+type summary struct{ med, min, max float64 }
+
+func stats(v []float64) summary {
+	if len(v) == 0 {
+		return summary{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return summary{med: s[len(s)/2], min: s[0], max: s[len(s)-1]}
+}
+
+// --- 3. Batch latency against store round-trip time ---
+
+// slowStore adds a fixed delay to every store call: a store that is rtt away.
+type slowStore struct {
+	idem.Store
+	rtt time.Duration
+}
+
+func (s slowStore) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Reserve(ctx, r)
+}
+
+func (s slowStore) TakeOver(ctx context.Context, p idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	time.Sleep(s.rtt)
+	return s.Store.TakeOver(ctx, p, r)
+}
+
+func (s slowStore) Complete(ctx context.Context, f idem.Finish) error {
+	time.Sleep(s.rtt)
+	return s.Store.Complete(ctx, f)
+}
+
+func (s slowStore) Fail(ctx context.Context, f idem.Finish) error {
+	time.Sleep(s.rtt)
+	return s.Store.Fail(ctx, f)
+}
+
+func (s slowStore) Get(ctx context.Context, key string, now time.Time) (idem.Record, bool, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Get(ctx, key, now)
+}
+
+func (s slowStore) RecordPoison(ctx context.Context, p idem.Poison) error {
+	time.Sleep(s.rtt)
+	return s.Store.(idem.PoisonRecorder).RecordPoison(ctx, p)
+}
+
+func batchLatency(ctx context.Context) ([]figure, error) {
+	_, url, stop, err := serveDownstream()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	n := notify.New(url, 5*time.Second, idem.HTTPClassifier{})
+	var figs []figure
+	var seq atomic.Int64
+	const reps = 7
+	for _, rtt := range []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond} {
+		for _, conc := range []int{10, 1} {
+			store := slowStore{Store: memstore.New(), rtt: rtt}
+			engine, err := idem.New(idem.Options{Store: store, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return nil, err
+			}
+			h, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, MaxConcurrency: conc, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return nil, err
+			}
+			var fresh, dup []float64
+			for range reps {
+				var b events.SQSEvent
+				for i := range 10 {
+					id := seq.Add(1)
+					b.Records = append(b.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), Body: fmt.Sprintf(`{"id":"lat-%d","action":"notify"}`, id)})
+				}
+				fresh = append(fresh, timeBatch(ctx, h, b))
+				dup = append(dup, timeBatch(ctx, h, b))
+			}
+			mode := "parallel (MAX_CONCURRENCY=10)"
+			if conc == 1 {
+				mode = "sequential (MAX_CONCURRENCY=1)"
+			}
+			how := fmt.Sprintf("sqsbatch over the in-memory store with a fixed delay per call, notify to a local receiver; %d batches, median (min–max)", reps)
+			fs, ds := stats(fresh), stats(dup)
+			target, v := "—", "for comparison"
+			if conc == 10 {
+				limit := 3*rtt.Seconds()*1000 + 2
+				target, v = fmt.Sprintf("≤ %.0f ms (3×RTT + 2 ms)", limit), verdict(fs.med <= limit)
+			}
+			section := "3. Batch of 10 against store RTT"
+			figs = append(figs,
+				figure{section, fmt.Sprintf("RTT %v, 10 fresh, %s", rtt, mode), ms3(fs), target, v, how},
+				figure{section, fmt.Sprintf("RTT %v, 10 duplicates, %s", rtt, mode), ms3(ds), "—", "for comparison", how},
+			)
+		}
+	}
+	return figs, nil
+}
+
+func timeBatch(ctx context.Context, h *sqsbatch.Handler, b events.SQSEvent) float64 {
+	start := time.Now()
+	resp, _, err := h.Handle(ctx, b)
+	if err != nil || len(resp.BatchItemFailures) > 0 {
+		fail(fmt.Errorf("batch failed: %v %+v", err, resp))
+	}
+	return float64(time.Since(start).Microseconds()) / 1000
+}
+
+func ms3(s summary) string { return fmt.Sprintf("%.2f ms (%.2f–%.2f)", s.med, s.min, s.max) }
+
+// --- 4. End to end under the emulator ---
+
+func startFunction(ctx context.Context, moto, rieBin, boot, table, downURL string, extra ...string) (*rie.Emulator, error) {
+	return rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Env: rie.Local{
+		DynamoDB: moto, Table: table, DownstreamURL: downURL, Name: "oncely-bench", TimeoutSeconds: 30,
+		Extra: append([]string{"NOTIFY_TIMEOUT=5s"}, extra...),
+	}.Env()})
+}
+
+func newTable(ctx context.Context, moto, prefix string) (string, error) {
+	client, _ := ddbtest.Client(ddbtest.Config(moto, nil))
+	table := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	_, err := ddbstore.CreateTable(ctx, client, table)
+	if errors.Is(err, ddbstore.ErrNoTTL) {
+		err = nil
+	}
+	return table, err
+}
+
+func sqsPayload(first, n int) []byte {
+	var b events.SQSEvent
+	for i := range n {
+		id := first + i
+		b.Records = append(b.Records, events.SQSMessage{
+			MessageId: fmt.Sprintf("msg-%d", id), EventSource: "aws:sqs", AWSRegion: "us-east-1",
+			EventSourceARN: "arn:aws:sqs:us-east-1:123456789012:oncely-events",
+			Body:           fmt.Sprintf(`{"id":"e2e-%d","action":"notify","version":"1.4.2"}`, id),
+		})
+	}
+	p, _ := json.Marshal(b)
+	return p
+}
+
+func invokeOK(ctx context.Context, emu *rie.Emulator, payload []byte) error {
+	body, err := emu.Invoke(ctx, payload)
+	if err != nil {
+		return err
+	}
+	var resp struct {
+		BatchItemFailures []json.RawMessage `json:"batchItemFailures"`
+		ErrorMessage      string            `json:"errorMessage"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil || resp.ErrorMessage != "" || len(resp.BatchItemFailures) > 0 {
+		return fmt.Errorf("invocation answered %s", body)
+	}
+	return nil
+}
+
+func cpuSeconds(pid int) (float64, error) {
+	st, err := rie.ReadStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return float64(st.UserTicks+st.SysTicks) / clockTicks(), nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times.
+func clockTicks() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
+			return v
+		}
+	}
+	return 100
+}
+
+func endToEnd(ctx context.Context, moto, rieBin, boot string, total, runs int) ([]figure, error) {
+	down, url, stop, err := serveDownstream()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	var rate, freshCPU, replayCPU, rss []float64
+	for run := range runs {
+		table, err := newTable(ctx, moto, "bench-e2e")
+		if err != nil {
+			return nil, err
+		}
+		emu, err := startFunction(ctx, moto, rieBin, boot, table, url)
+		if err != nil {
+			return nil, err
+		}
+		// Warm up: the cold start and first connections are not per-event costs.
+		if err := invokeOK(ctx, emu, sqsPayload(-10, 10)); err != nil {
+			emu.Stop()
+			return nil, err
+		}
+		pid := emu.RuntimePID()
+		cpu0, _ := cpuSeconds(pid)
+		start := time.Now()
+		for i := 0; i < total; i += 10 {
+			if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
+				emu.Stop()
+				return nil, err
+			}
+		}
+		elapsed := time.Since(start)
+		cpu1, _ := cpuSeconds(pid)
+		for i := 0; i < total; i += 10 {
+			if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
+				emu.Stop()
+				return nil, err
+			}
+		}
+		cpu2, _ := cpuSeconds(pid)
+		peak, _ := rie.PeakRSS(pid)
+		if pid != emu.RuntimePID() {
+			emu.Stop()
+			return nil, errors.New("the runtime restarted during the run")
+		}
+		emu.Stop()
+		rate = append(rate, float64(total)/elapsed.Seconds())
+		freshCPU = append(freshCPU, (cpu1-cpu0)/float64(total)*1000)
+		replayCPU = append(replayCPU, (cpu2-cpu1)/float64(total)*1000)
+		rss = append(rss, float64(peak)/(1<<20))
+		fmt.Fprintf(os.Stderr, "bench: end-to-end run %d: %.0f events/s, fresh %.3f ms CPU/event, replay %.3f ms CPU/event, peak RSS %.1f MiB\n",
+			run+1, rate[run], freshCPU[run], replayCPU[run], rss[run])
+	}
+	if got := down.Total(); got < total*runs {
+		return nil, fmt.Errorf("downstream saw %d deliveries; want at least %d", got, total*runs)
+	}
+	how := fmt.Sprintf("real bootstrap under aws-lambda-rie against moto, %d events in batches of 10, one invoke at a time; CPU from /proc/<pid>/stat (utime+stime); %d runs, median (min–max)", total, runs)
+	sec := "4. End to end (bootstrap under the emulator)"
+	r, fc, rc, m := stats(rate), stats(freshCPU), stats(replayCPU), stats(rss)
+	return []figure{
+		{sec, "throughput, fresh events", fmt.Sprintf("%.0f events/s (%.0f–%.0f)", r.med, r.min, r.max), "—", "measured", how + "; bound by moto's latency"},
+		{sec, "CPU per fresh event (SDK + notify POST included)", fmt.Sprintf("%.3f ms (%.3f–%.3f)", fc.med, fc.min, fc.max), "≤ 0.35 ms", verdict(fc.med <= 0.35), how},
+		{sec, "CPU per replayed event", fmt.Sprintf("%.3f ms (%.3f–%.3f)", rc.med, rc.min, rc.max), "≤ 0.13 ms", verdict(rc.med <= 0.13), how},
+		{sec, "peak RSS of the bootstrap (VmHWM)", fmt.Sprintf("%.1f MiB (%.1f–%.1f)", m.med, m.min, m.max), "≤ 40 MiB", verdict(m.med <= 40), how},
+	}, nil
+}
+
+// --- 5. Cold start ---
+
+func coldStart(ctx context.Context, moto, rieBin, boot string, starts int) ([]figure, error) {
+	_, url, stop, err := serveDownstream()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	table, err := newTable(ctx, moto, "bench-cold")
+	if err != nil {
+		return nil, err
+	}
+	var firsts []float64
+	payload := sqsPayload(0, 1)
+	for i := range starts + 1 {
+		emu, err := startFunction(ctx, moto, rieBin, boot, table, url)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		err = invokeOK(ctx, emu, payload)
+		d := time.Since(start)
+		emu.Stop()
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 { // the first start executes the event; the others replay it
+			firsts = append(firsts, float64(d.Microseconds())/1000)
+		}
+	}
+	s := stats(firsts)
+	return []figure{{"5. Cold start", "first invoke of a fresh runtime to its response", ms3(s), "≤ 30 ms", verdict(s.med <= 30),
+		fmt.Sprintf("%d fresh emulators; the emulator starts the bootstrap on the first invoke, so this is process start + Go init + config + SDK setup + one replayed record (one moto call); median (min–max)", starts)}}, nil
+}
+
+// --- Where the bootstrap's CPU goes ---
+
+// profileBootstrap runs fresh events through a bootstrap built with the
+// benchprofile tag and returns `go tool pprof -top` of its CPU profile.
+func profileBootstrap(ctx context.Context, moto, rieBin, boot string) (string, error) {
+	_, url, stop, err := serveDownstream()
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	table, err := newTable(ctx, moto, "bench-prof")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "oncely-prof")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	const seconds = 6
+	emu, err := startFunction(ctx, moto, rieBin, boot, table, url, "ONCELY_CPUPROFILE="+dir+"/cpu", fmt.Sprintf("ONCELY_CPUPROFILE_SECONDS=%d", seconds))
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	for i := 0; time.Since(start) < (seconds+1)*time.Second; i += 10 {
+		if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
+			emu.Stop()
+			return "", err
+		}
+	}
+	emu.Stop()
+	files, _ := os.ReadDir(dir)
+	if len(files) != 1 {
+		return "", fmt.Errorf("want one profile in %s, found %d", dir, len(files))
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount", "40", boot, dir+"/"+files[0].Name()).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("pprof: %v\n%s", err, out)
+	}
+	return string(out), nil
+}
+
+// missedNotes explains the end-to-end CPU misses; the profiles below are
+// regenerated with every run, this text is not.
+const missedNotes = `The end-to-end CPU targets (0.35 ms per fresh event, 0.13 ms per replay) are
+missed by a wide margin. The bootstrap profile below shows where the time goes: aws-sdk-go-v2's
+per-call middleware stack (request serialization, SigV4 signing, endpoint and auth resolution,
+response checksum and deserialization), the HTTP round trips themselves (write/read syscalls,
+goroutine wake-ups in net/http's connection loops) and allocation. A fresh event makes three
+HTTP round trips (PutItem, the notify POST, UpdateItem); a replay makes one, a failed
+conditional PutItem whose error path the SDK also deserializes. The engine's own share is small
+(section 2: a few microseconds).
+
+Fixed, because it was cheap (measured on 2026-11-30 with ` + "`make bench`" + `, medians of 3 runs):
+- moto's stock server (werkzeug) closes the connection after every response, so every SDK call
+  paid a TCP connect. tools/moto_server.py serves moto with waitress and keep-alive, as real
+  DynamoDB behaves; the notify client keeps up to 100 idle connections instead of Go's default 2.
+  Together: fresh 1.88 -> 1.40 ms, replay 0.78 -> 0.64 ms per event.
+
+Not done, because it is not cheap: replacing the SDK's DynamoDB client with a hand-written one
+(three fixed request shapes, SigV4 over a pooled connection), which is where most of the
+remaining CPU is. That deserves its own issue, with the risk of owning request signing weighed.`
+
+// --- The report ---
+
+func report(stdout io.Writer, path string, figs []figure, goBench, profile, bootProfile string) error {
+	host, _ := os.Hostname()
+	cpu := "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "# Benchmarks\n\nRegenerate with `make bench` (it installs moto and the emulator, builds the bootstrap, and runs `go run ./cmd/bench`).\n\n")
+	fmt.Fprintf(&md, "- Measured: %s\n- Machine: %s, %d cores (%s), %s/%s, %s\n", time.Now().UTC().Format(time.RFC3339), cpu, runtime.NumCPU(), host, runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n\n")
+	fmt.Fprintf(&md, "| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tmeasured\ttarget\tverdict")
+	last := ""
+	missed := false
+	for _, f := range figs {
+		if f.section != last {
+			fmt.Fprintf(tw, "%s\t\t\t\n", f.section)
+			last = f.section
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", f.name, f.value, f.target, f.verdict)
+		fmt.Fprintf(&md, "| %s | %s | %s | %s | %s |\n", f.section, f.name, f.value, f.target, f.verdict)
+		missed = missed || f.verdict == "MISSED"
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&md, "\n## How each figure was measured\n\n")
+	seen := map[string]bool{}
+	for _, f := range figs {
+		if !seen[f.section+f.how] {
+			seen[f.section+f.how] = true
+			fmt.Fprintf(&md, "- **%s**: %s.\n", f.section, f.how)
+		}
+	}
+	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+	if b, err := os.ReadFile(goBench); err == nil {
+		fmt.Fprintf(&md, "\n### Engine benchmark output\n\n```\n%s```\n", b)
+	}
+	if missed {
+		fmt.Fprintf(&md, "\n## Targets missed\n\nEvery row marked MISSED above is a target this run did not meet on this machine.\n\n%s\n", missedNotes)
+	}
+	if bootProfile != "" {
+		fmt.Fprintf(&md, "\n### Where the bootstrap's CPU goes (fresh events; a bootstrap built with `-tags benchprofile`, `go tool pprof -top -cum`)\n\n```\n%s```\n", bootProfile)
+	}
+	if b, err := os.ReadFile(profile); err == nil && len(b) > 0 {
+		fmt.Fprintf(&md, "\n### Where the engine's time goes (`go test -bench BenchmarkEngineFresh -cpuprofile`, `go tool pprof -top`)\n\n```\n%s```\n", b)
+	}
+	return os.WriteFile(path, []byte(md.String()), 0o644)
+}
