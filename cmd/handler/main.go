@@ -69,5 +69,5 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &router.Router{SQS: sqs, HTTP: api, Function: cfg.Namespace, Metrics: os.Stdout, Logger: logger}, nil
+	return &router.Router{SQS: sqs, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger}, nil
 }

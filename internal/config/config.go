@@ -92,6 +92,9 @@ func Load(getenv func(string) string) (Config, error) {
 	if p.err == nil && (c.Namespace == "" || strings.Contains(c.Namespace, "#")) {
 		p.fail(EnvNamespace, "a name without '#' (it defaults to AWS_LAMBDA_FUNCTION_NAME, which is not set either)", c.Namespace)
 	}
+	if minLease := c.NotifyTimeout + idem.DefaultSafetyMargin; p.err == nil && c.Lease != 0 && c.Lease <= minLease {
+		p.fail(EnvLease, fmt.Sprintf("a duration above NOTIFY_TIMEOUT + %v (%v), or unset", idem.DefaultSafetyMargin, minLease), c.Lease.String())
+	}
 	if p.err == nil && c.Retry.Max < c.Retry.Base {
 		p.fail(EnvBackoffMax, fmt.Sprintf("a duration at least %s (%v)", EnvBackoffBase, c.Retry.Base), c.Retry.Max.String())
 	}

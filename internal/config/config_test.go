@@ -70,6 +70,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"payload expression", EnvPayloadJMESPath, "[[", "IDEMPOTENCY_PAYLOAD_JMESPATH"},
 		{"namespace with #", EnvNamespace, "a#b", "IDEMPOTENCY_NAMESPACE"},
 		{"no namespace at all", EnvFunctionName, "", "IDEMPOTENCY_NAMESPACE"},
+		{"lease shorter than a request", EnvLease, "5s", "IDEMPOTENCY_LEASE: want a duration above NOTIFY_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

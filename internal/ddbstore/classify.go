@@ -62,9 +62,9 @@ func (s *Store) classify(op string, err error) error {
 			return idem.Permanent(wrap)
 		}
 	}
-	// No reply. A request that never left (dial failure, ctx already done)
-	// is transient; one that may have reached the server leaves a write's
-	// outcome unknown.
+	// No reply. A request that never left (a dial failure) is transient; any
+	// other, including a ctx that ended around the call, may have reached
+	// the server, which leaves a write's outcome unknown.
 	if ne, ok := errors.AsType[*net.OpError](err); ok && ne.Op == "dial" {
 		return idem.Transient(wrap)
 	}

@@ -2,7 +2,7 @@
 // the engine's guarantees hold across processes and machines.
 //
 // Every write is one conditional request. A reservation is a PutItem that
-// admits a fresh key or an expired record; a take-over is an UpdateItem that
+// admits a fresh key or an expired record; a take-over is a PutItem that
 // compares and swaps the previous owner's token; completion is an UpdateItem
 // fenced by the owner's token. A duplicate costs one request: a failed
 // condition returns the existing item (ALL_OLD), with a consistent GetItem as

@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
 	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/rie"
 )
 
@@ -224,8 +225,10 @@ func TestE2ECrashMidAction(t *testing.T) {
 		body, _ := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
 		crashed <- body
 	}()
-	for f.down.Count(key42) == 0 {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); f.down.Count(key42) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery never reached the downstream")
+		}
 	}
 	if err := f.emu.KillRuntime(); err != nil {
 		t.Fatal(err)
@@ -299,7 +302,7 @@ func TestE2EAPIRequestReplayAndReuse(t *testing.T) {
 	if changed := call(`{"id":"release-42","action":"notify","extra":1}`); changed.StatusCode != 422 {
 		t.Fatalf("changed body: %d %s; want 422", changed.StatusCode, changed.Body)
 	}
-	if n := f.down.Count("order-7f3a9c21"); n != 1 {
+	if n := f.down.Count(httpapi.ScopedKey("anonymous", "order-7f3a9c21")); n != 1 {
 		t.Errorf("deliveries %d; want 1", n)
 	}
 }

@@ -83,9 +83,10 @@ func Scope(req events.APIGatewayV2HTTPRequest) string {
 	return "anonymous"
 }
 
-// scopedKey is the engine key for a client's key within its scope. The
-// scope is hashed: principals may hold characters keys may not.
-func scopedKey(scope, clientKey string) string {
+// ScopedKey is the key stored, and sent downstream, for a client's key
+// within its scope. The scope is hashed: principals may hold characters
+// keys may not.
+func ScopedKey(scope, clientKey string) string {
 	sum := sha256.Sum256([]byte(scope))
 	return "api:" + hex.EncodeToString(sum[:8]) + ":" + clientKey
 }
@@ -131,7 +132,7 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err != nil {
 		return problem(400, "INVALID_KEY", err.Error(), 0), emf.Poison, "", 0
 	}
-	key := scopedKey(Scope(req), ck)
+	key := ScopedKey(Scope(req), ck)
 	body := []byte(req.Body)
 	if req.IsBase64Encoded {
 		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
@@ -142,7 +143,9 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err != nil {
 		return problem(400, string(idem.CodeInvalidPayload), "the body must be a JSON document: "+err.(*idem.Error).Message, 0), emf.Poison, key, 0
 	}
-	ev := action.Event{Key: ck, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
+	// The action gets the scoped key: a downstream de-duplicating on it must
+	// not merge two callers who chose the same Idempotency-Key.
+	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
 	out, _ := h.o.Engine.Do(ctx, r, func(ctx context.Context) ([]byte, error) {
 		res, err := h.o.Action(ctx, ev)
 		if err != nil {
@@ -174,6 +177,10 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // status is the one table from engine outcomes to HTTP statuses.
 func status(out idem.Outcome) (int, string) {
 	switch code := out.Err.Code; {
+	case out.Stored:
+		// A stored permanent failure, whatever its code: the same 4xx every
+		// time it is replayed.
+		return 422, emf.Permanent
 	case code == idem.CodeInProgress:
 		return 409, emf.InProgress
 	case code == idem.CodeKeyReused:
@@ -182,9 +189,6 @@ func status(out idem.Outcome) (int, string) {
 		return 400, emf.Poison
 	case code == idem.CodeStoreMisconfigured:
 		return 500, emf.StoreError
-	case out.Stored:
-		// A stored permanent failure: the same 4xx every time it is replayed.
-		return 422, emf.Permanent
 	case code == idem.CodeLeaseLost:
 		return 503, emf.LeaseLost
 	case code == idem.CodeStoreUnavailable:

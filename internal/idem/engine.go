@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults for [Options].
@@ -20,6 +21,7 @@ const (
 	DefaultSafetyMargin = 250 * time.Millisecond
 	maxMessageLen       = 1024
 	maxReserveRounds    = 4
+	writeAttempts       = 3 // tries of a completion write
 )
 
 // Options configure an [Engine]. Only Store is required; every other field
@@ -166,13 +168,19 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		out.Err = &Error{Code: CodeDeadline, Message: "too little time left before the deadline to reserve the key", Retryable: true}
 		return out
 	}
+	expires := now.Add(e.o.Retention)
+	if expires.Before(leaseUntil) {
+		// Retention never ends before the lease: an expired record counts
+		// as absent, and a live owner's record must not.
+		expires = leaseUntil
+	}
 	res := Reservation{
 		Key:         req.Key,
 		Fingerprint: req.Fingerprint,
 		Token:       e.o.NewToken(),
 		Now:         now,
 		LeaseUntil:  leaseUntil,
-		ExpiresAt:   now.Add(e.o.Retention),
+		ExpiresAt:   expires,
 	}
 
 	// Reserve before any work starts: a duplicate arriving from now on must
@@ -325,9 +333,7 @@ func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, res
 // returns the outcome carrying it.
 func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool) Outcome {
 	failure.Retryable = retryable
-	if len(failure.Message) > maxMessageLen {
-		failure.Message = failure.Message[:maxMessageLen]
-	}
+	failure.Message = truncate(failure.Message, maxMessageLen)
 	f := e.finish(res, out.Attempts)
 	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
 	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {
@@ -339,8 +345,10 @@ func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure
 }
 
 // write runs a completion write, retrying transient and outcome-unknown
-// failures: both writes are conditional on our token, so repeating one that
-// did land writes the same state again.
+// failures up to writeAttempts times: both writes are conditional on our
+// token, so repeating one that did land writes the same state again. The
+// budget is its own, not the action's attempt cap: an action allowed one
+// attempt still deserves a completion that survives one throttle.
 func (e *Engine) write(ctx context.Context, op func() error) error {
 	p := e.o.Retry
 	var err error
@@ -348,7 +356,7 @@ func (e *Engine) write(ctx context.Context, op func() error) error {
 		if err = op(); err == nil {
 			return nil
 		}
-		if c := Classify(err); (c != ClassTransient && c != ClassOutcomeUnknown) || n >= p.maxAttempts() {
+		if c := Classify(err); (c != ClassTransient && c != ClassOutcomeUnknown) || n >= writeAttempts {
 			return err
 		}
 		d, _ := p.Delay(n, 0, e.o.Random())
@@ -382,6 +390,18 @@ func (e *Engine) storeError(op, key string, err error) *Error {
 		return &Error{Code: CodeStoreMisconfigured, Message: op + ": " + err.Error(), Err: err}
 	}
 	return &Error{Code: CodeStoreUnavailable, Message: op + ": " + err.Error(), Retryable: true, Err: err}
+}
+
+// truncate cuts s to at most n bytes without splitting a character, so a
+// stored message replays byte for byte.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

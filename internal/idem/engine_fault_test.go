@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/idem/memstore"
@@ -238,5 +239,47 @@ func TestBadFingerprintRejected(t *testing.T) {
 	_, err := f.engine.Do(context.Background(), idem.Request{Key: "evt:fp-1:notify", Fingerprint: "abc"}, (&counter{}).run)
 	if errCode(err) != idem.CodeInvalidPayload {
 		t.Errorf("got %v; want INVALID_PAYLOAD", err)
+	}
+}
+
+func TestCompletionWriteHasItsOwnRetryBudget(t *testing.T) {
+	fs := &faultStore{complete: func(n int64) error {
+		if n == 1 {
+			return idem.Transient(errWire) // one throttle
+		}
+		return nil
+	}}
+	f := newFixture(t, withStore(fs), func(o *idem.Options) { o.Retry.MaxAttempts = 1 })
+	out, err := f.engine.Do(context.Background(), req(t, "evt:budget-2:notify", `{}`), (&counter{}).run)
+	if err != nil || !out.Stored {
+		t.Fatalf("got %+v %v; want a stored success despite MaxAttempts 1", out, err)
+	}
+}
+
+func TestRetentionNeverEndsBeforeTheLease(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Retention = time.Second; o.Lease = time.Minute })
+	r := req(t, "evt:short-ttl:notify", `{}`)
+	started := make(chan struct{})
+	go func() {
+		_, _ = f.engine.Do(context.Background(), r, func(context.Context) ([]byte, error) {
+			close(started)
+			<-dead(t)
+			return nil, errBoom
+		})
+	}()
+	<-started
+	f.clock.Advance(2 * time.Second) // past the retention, inside the lease
+	act := &counter{}
+	if _, err := f.engine.Do(context.Background(), r, act.run); !errors.Is(err, idem.ErrInProgress) || act.calls.Load() != 0 {
+		t.Fatalf("got %v, calls %d; want IN_PROGRESS: the owner's lease is live", err, act.calls.Load())
+	}
+}
+
+func TestLongMessagesAreCutOnCharacterBoundaries(t *testing.T) {
+	f := newFixture(t)
+	msg := strings.Repeat("a", 1023) + "é" + strings.Repeat("b", 100) // é straddles byte 1024
+	out, _ := f.engine.Do(context.Background(), req(t, "evt:long-1:notify", `{}`), (&counter{script: []error{idem.Permanent(errors.New(msg))}}).run)
+	if !utf8.ValidString(out.Err.Message) || len(out.Err.Message) != 1023 {
+		t.Errorf("message of %d bytes, valid UTF-8 %v; want 1023 valid bytes", len(out.Err.Message), utf8.ValidString(out.Err.Message))
 	}
 }

@@ -163,6 +163,8 @@ func OutcomeUnknown(err error) error { return &ClassifiedError{Class: ClassOutco
 //   - context.DeadlineExceeded, a net.Error that timed out, connection
 //     resets, refusals, broken pipes and unexpected EOFs are transient;
 //   - context.Canceled is transient (the caller gave up; the work may be redone);
+//   - DNS failures, dial failures and unreachable networks are transient:
+//     nothing was sent;
 //   - anything else is ClassUnknown.
 func Classify(err error) Class {
 	if err == nil {
@@ -174,6 +176,12 @@ func Classify(err error) Class {
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return ClassTransient
 	}
+	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return ClassTransient
+	}
+	if oe, ok := errors.AsType[*net.OpError](err); ok && oe.Op == "dial" {
+		return ClassTransient
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, context.Canceled),
@@ -181,6 +189,8 @@ func Classify(err error) Class {
 		errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ECONNABORTED),
 		errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.EHOSTUNREACH),
 		errors.Is(err, io.ErrUnexpectedEOF):
 		return ClassTransient
 	}
@@ -219,7 +229,7 @@ type HTTPClassifier struct {
 	Transient map[int]bool
 }
 
-// DefaultTransientStatuses are the statuses HTTPClassifier treats as transient by default.
+// defaultTransientStatuses is the zero HTTPClassifier's transient set.
 var defaultTransientStatuses = map[int]bool{429: true, 502: true, 503: true, 504: true}
 
 // DefaultTransientStatuses returns the default transient statuses: 429, 502, 503, 504.

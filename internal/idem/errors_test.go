@@ -32,6 +32,9 @@ func TestClassify(t *testing.T) {
 		{"conn reset", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, idem.ClassTransient},
 		{"conn refused", syscall.ECONNREFUSED, idem.ClassTransient},
 		{"unexpected eof", io.ErrUnexpectedEOF, idem.ClassTransient},
+		{"dns failure", &net.DNSError{Err: "no such host", Name: "hooks.example", IsNotFound: true}, idem.ClassTransient},
+		{"dial failure", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("no route")}, idem.ClassTransient},
+		{"network unreachable", syscall.ENETUNREACH, idem.ClassTransient},
 		{"http 503", idem.HTTPClassifier{}.Error(503, "", time.Time{}), idem.ClassTransient},
 		{"http 500", idem.HTTPClassifier{}.Error(500, "", time.Time{}), idem.ClassPermanent},
 		// The class comes from the type, never from the message text.

@@ -41,7 +41,12 @@ type Notifier struct {
 func New(url string, timeout time.Duration, classifier idem.HTTPClassifier) *Notifier {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 100, 100
-	return &Notifier{URL: url, Timeout: timeout, Classifier: classifier, Client: &http.Client{Transport: t}}
+	return &Notifier{URL: url, Timeout: timeout, Classifier: classifier, Client: &http.Client{
+		Transport: t,
+		// A redirect is not a delivery: Go would turn the POST into a
+		// body-less GET on 301/302/303. The 3xx is classified instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
 }
 
 // summary is the small record kept for a delivered notification.

@@ -123,3 +123,15 @@ func TestBadURLIsPermanent(t *testing.T) {
 		t.Errorf("got %v; want permanent", err)
 	}
 }
+
+func TestRedirectIsNotADelivery(t *testing.T) {
+	target := downstream.New()
+	final := httptest.NewServer(target)
+	defer final.Close()
+	redirect := httptest.NewServer(http.RedirectHandler(final.URL, http.StatusFound))
+	defer redirect.Close()
+	_, err := notify.New(redirect.URL, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev)
+	if err == nil || target.Total() != 0 {
+		t.Fatalf("got %v, %d deliveries at the redirect target; want an error and no GET passed off as a delivery", err, target.Total())
+	}
+}

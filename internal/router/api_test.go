@@ -9,9 +9,14 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/httpapi"
 )
 
 const clientKey = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+
+// downKey is the key the downstream sees for clientKey sent by the caller
+// in testdata (JWT sub user-123): scoped, so callers never collide there.
+var downKey = httpapi.ScopedKey("jwt:user-123", clientKey)
 
 var apiBody = `{"id":"release-42","action":"notify"}`
 
@@ -43,7 +48,7 @@ func TestAPIFirstSuccessThenByteIdenticalReplay(t *testing.T) {
 	if replay.StatusCode != first.StatusCode || replay.Body != first.Body || replay.Headers["Idempotent-Replayed"] != "true" {
 		t.Fatalf("replay: %d %v %q; want %d %q with Idempotent-Replayed: true", replay.StatusCode, replay.Headers, replay.Body, first.StatusCode, first.Body)
 	}
-	if n := h.down.Count(clientKey); n != 1 {
+	if n := h.down.Count(downKey); n != 1 {
 		t.Errorf("downstream deliveries %d; want 1", n)
 	}
 }
@@ -99,12 +104,10 @@ func TestAPIStatusCodes(t *testing.T) {
 	})
 	t.Run("in flight is 409 with Retry-After", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(clientKey, downstream.Reply{Delay: 2 * time.Second})
+		h.down.Script(downKey, downstream.Reply{Delay: 2 * time.Second})
 		done := make(chan events.APIGatewayV2HTTPResponse)
 		go func() { done <- h.api(ctx, apiRequest(t, clientKey, apiBody)) }()
-		for h.down.Count(clientKey) == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitFor(t, func() bool { return h.down.Count(downKey) > 0 })
 		resp := h.api(ctx, apiRequest(t, clientKey, apiBody))
 		if resp.StatusCode != 409 || problemCode(t, resp) != "IN_PROGRESS" || resp.Headers["Retry-After"] == "" {
 			t.Errorf("got %d %v %s; want 409 with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
@@ -115,7 +118,7 @@ func TestAPIStatusCodes(t *testing.T) {
 	})
 	t.Run("permanent failure is a stored 4xx, replayed", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(clientKey, downstream.Reply{Status: 404})
+		h.down.Script(downKey, downstream.Reply{Status: 404})
 		first := h.api(ctx, apiRequest(t, clientKey, apiBody))
 		if first.StatusCode != 422 || problemCode(t, first) != "HTTP_404" {
 			t.Fatalf("got %d %s; want 422 HTTP_404", first.StatusCode, first.Body)
@@ -124,19 +127,28 @@ func TestAPIStatusCodes(t *testing.T) {
 		if replay.StatusCode != first.StatusCode || replay.Body != first.Body || replay.Headers["Idempotent-Replayed"] != "true" {
 			t.Errorf("replay %d %q %v; want the same failure, marked replayed", replay.StatusCode, replay.Body, replay.Headers)
 		}
-		if n := h.down.Count(clientKey); n != 1 {
+		if n := h.down.Count(downKey); n != 1 {
 			t.Errorf("deliveries %d; want 1", n)
 		}
 	})
 	t.Run("transient failure is 503, nothing final stored, key released", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(clientKey, downstream.Reply{Status: 503, RetryAfter: "30"})
+		h.down.Script(downKey, downstream.Reply{Status: 503, RetryAfter: "30"})
 		resp := h.api(ctx, apiRequest(t, clientKey, apiBody))
 		if resp.StatusCode != 503 || resp.Headers["Retry-After"] != "30" || problemCode(t, resp) != "TRANSIENT_FAILURE" {
 			t.Fatalf("got %d %v %s; want 503 with Retry-After 30", resp.StatusCode, resp.Headers, resp.Body)
 		}
 		if again := h.api(ctx, apiRequest(t, clientKey, apiBody)); again.StatusCode != 200 || again.Headers["Idempotent-Replayed"] != "" {
 			t.Errorf("retry after 503: %d %v; want a fresh 200", again.StatusCode, again.Headers)
+		}
+	})
+	t.Run("stored failure is 422 whatever its code", func(t *testing.T) {
+		h := newHarness(t)
+		body := `{"id":"release-42","action":"notify","fail_code":"IN_PROGRESS"}`
+		first := h.api(ctx, apiRequest(t, clientKey, body))
+		replay := h.api(ctx, apiRequest(t, clientKey, body))
+		if first.StatusCode != 422 || replay.StatusCode != 422 || replay.Body != first.Body {
+			t.Errorf("got %d then %d (%q, %q); want 422 twice, identical", first.StatusCode, replay.StatusCode, first.Body, replay.Body)
 		}
 	})
 	t.Run("store outage is 503", func(t *testing.T) {
@@ -176,7 +188,14 @@ func TestAPICallerScope(t *testing.T) {
 	if r := h.api(ctx, apiRequest(t, clientKey, `{"id":"b","action":"notify"}`, as("alice"))); r.StatusCode != 422 {
 		t.Errorf("alice sending bob's body under her key: %d; want 422 against her own record", r.StatusCode)
 	}
-	if n := h.down.Count(clientKey); n != 3 {
-		t.Errorf("deliveries %d; want 3, one per caller", n)
+	// The downstream sees three different keys: a de-duplicating webhook
+	// must not merge the callers.
+	for _, scope := range []string{"jwt:alice", "jwt:bob", "anonymous"} {
+		if n := h.down.Count(httpapi.ScopedKey(scope, clientKey)); n != 1 {
+			t.Errorf("deliveries for %s's key %d; want 1", scope, n)
+		}
+	}
+	if n := h.down.Count(clientKey); n != 0 {
+		t.Errorf("the raw client key reached the downstream %d times; want 0", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -67,6 +68,7 @@ func (s *syncBuffer) String() string {
 type harnessOptions struct {
 	retry        idem.RetryPolicy
 	minRemaining time.Duration
+	payloadExpr  string
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
@@ -109,9 +111,15 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 		if bytes.Contains(ev.Body, []byte(`"panic":true`)) {
 			panic("the action hit a bug")
 		}
+		var f struct {
+			FailCode string `json:"fail_code"`
+		}
+		if json.Unmarshal(ev.Body, &f) == nil && f.FailCode != "" {
+			return action.Result{}, idem.PermanentCode(idem.Code(f.FailCode), errors.New("the action refused"))
+		}
 		return n.Do(ctx, ev)
 	}
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, MaxConcurrency: 4, MinRemaining: o.minRemaining, Logger: logger})
+	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, MaxConcurrency: 4, MinRemaining: o.minRemaining, PayloadExpression: o.payloadExpr, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +278,18 @@ func (h *harness) recorded() []time.Duration {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// waitFor polls cond for up to 10s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 type (
 	typesBool = types.AttributeValueMemberBOOL

@@ -250,6 +250,7 @@ func TestPoisonMessagesAreRecordedAndAcknowledged(t *testing.T) {
 	}{
 		{"p-notjson", `{"id":"release-42"`, "NOT_JSON"},
 		{"p-nokey", `{"action":"notify"}`, "KEY_MISSING"},
+		{"p-emptyid", `{"id":"","action":"notify"}`, "KEY_MISSING"},
 		{"p-numid", `{"id":12345678901234567891,"action":"notify"}`, "KEY_MISSING"},
 		{"p-badkey", `{"id":"a b/c","action":"notify"}`, "INVALID_KEY"},
 		{"p-reused", event("release-42", "notify", `"version":"9.9.9"`), "KEY_REUSED"},
@@ -338,5 +339,26 @@ func TestUnsupportedEventIsAnError(t *testing.T) {
 		if _, err := h.router.Invoke(context.Background(), []byte(payload)); err == nil {
 			t.Errorf("Invoke(%s) succeeded; want an error", payload)
 		}
+	}
+}
+
+func TestPayloadExpressionStillRejectsInvalidBodies(t *testing.T) {
+	h := newHarness(t, func(o *harnessOptions) { o.payloadExpr = "detail" })
+	ctx := context.Background()
+	resp := h.sqs(ctx, false,
+		msg{id: "ok", body: `{"id":"p-1","action":"notify","detail":{"a":2},"sent_at":"10:00"}`},
+		msg{id: "dup", body: `{"id":"p-2","action":"notify","detail":{"a":1,"a":2}}`})
+	if f := failed(resp); len(f) != 0 {
+		t.Fatalf("failures %v", f)
+	}
+	if item := h.item(namespace + "#poison#dup"); attrS(item, "reason") != "INVALID_PAYLOAD" {
+		t.Errorf("duplicate member names: poison note %v; want INVALID_PAYLOAD", item)
+	}
+	// Only the selected part is fingerprinted: a new envelope is the same event.
+	if f := failed(h.sqs(ctx, false, msg{id: "ok2", body: `{"id":"p-1","action":"notify","detail":{"a":2},"sent_at":"10:05"}`})); len(f) != 0 {
+		t.Fatalf("failures %v", f)
+	}
+	if n := h.down.Count("evt:p-1:notify"); n != 1 {
+		t.Errorf("deliveries %d; want 1: the envelope is outside the fingerprint", n)
 	}
 }

@@ -283,11 +283,22 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 		return b.poison(ctx, res, body, ReasonKeyMissing, detail)
 	}
 	res.Key = key
+	if emptyPart(key) {
+		// A field that was present but empty ("id": "") must not yield a key
+		// that every such event shares.
+		return b.poison(ctx, res, body, ReasonKeyMissing, fmt.Sprintf("key %q has an empty part", key))
+	}
 	if err := idem.ValidateKey(key); err != nil {
 		return b.poison(ctx, res, body, idem.CodeInvalidKey, err.Error())
 	}
 	payload := body
 	if h.payloadExp != nil {
+		// The whole body must be canonical JSON even when only a part is
+		// fingerprinted: the decoder above forgives duplicate names and
+		// invalid text, which would let two different bodies collide.
+		if _, err := idem.Fingerprint(body); err != nil {
+			return b.poison(ctx, res, body, idem.CodeInvalidPayload, err.Error())
+		}
 		sel, err := h.payloadExp.Search(doc)
 		if err != nil {
 			return b.poison(ctx, res, body, idem.CodeInvalidPayload, err.Error())
@@ -319,14 +330,19 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 		res.Outcome, res.Ack = emf.Replayed, true
 	case out.Err == nil:
 		res.Outcome, res.Ack = emf.Executed, true
-	case out.Err.Code == idem.CodeKeyReused:
-		return b.poison(ctx, res, body, idem.CodeKeyReused, out.Err.Message)
 	case out.Stored:
 		res.Outcome, res.Ack = emf.Permanent, true
+	case out.Err.Code == idem.CodeKeyReused:
+		return b.poison(ctx, res, body, idem.CodeKeyReused, out.Err.Message)
 	default:
 		res.Outcome = Label(out.Err.Code)
 	}
 	return res
+}
+
+// emptyPart reports whether a ':'-separated key has an empty part.
+func emptyPart(key string) bool {
+	return strings.HasPrefix(key, ":") || strings.HasSuffix(key, ":") || strings.Contains(key, "::")
 }
 
 // Label maps an unstored failure's code to its outcome label.
