@@ -6,6 +6,7 @@ package downstream
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -53,11 +54,7 @@ func (s *Server) Count(key string) int {
 func (s *Server) Counts() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.counts))
-	for k, v := range s.counts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.counts)
 }
 
 // Total returns all deliveries.

@@ -188,7 +188,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 	rec, acquired, err := e.o.Store.Reserve(ctx, res)
 	for round := 0; !acquired; round++ {
 		if err != nil {
-			out.Err = e.storeError("reserve", req.Key, err)
+			out.Err = e.storeError("reserve", err)
 			return out
 		}
 		if round == maxReserveRounds {
@@ -225,7 +225,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		}
 	}
 	if err != nil {
-		out.Err = e.storeError("reserve", req.Key, err)
+		out.Err = e.storeError("reserve", err)
 		return out
 	}
 	return e.run(ctx, rec, res, fn)
@@ -379,13 +379,13 @@ func (e *Engine) writeFailed(ctx context.Context, out Outcome, op string, err er
 	}
 	e.o.Logger.ErrorContext(ctx, "completion write failed", "key", out.Key, "op", op, "error", err.Error())
 	out.Status, out.Stored = StatusInProgress, false
-	out.Err = e.storeError(op, out.Key, err)
+	out.Err = e.storeError(op, err)
 	return out
 }
 
 // storeError maps a store failure to the engine's codes. Whatever its class,
 // nothing final is known to be stored, so adapters must not acknowledge.
-func (e *Engine) storeError(op, key string, err error) *Error {
+func (e *Engine) storeError(op string, err error) *Error {
 	if Classify(err) == ClassPermanent {
 		return &Error{Code: CodeStoreMisconfigured, Message: op + ": " + err.Error(), Err: err}
 	}

@@ -531,9 +531,7 @@ func TestBudgetCapsTotalSleep(t *testing.T) {
 func TestPanicBecomesPermanentFailure(t *testing.T) {
 	f := newFixture(t)
 	out, err := f.engine.Do(context.Background(), req(t, "evt:panic-1:notify", `{}`), func(context.Context) ([]byte, error) {
-		var m map[string]int
-		m["x"] = 1 // nil map write
-		return nil, nil
+		panic("index out of range in the action")
 	})
 	if errCode(err) != idem.CodePanic || !out.Stored || out.Err.Retryable {
 		t.Fatalf("got %v stored %v; want stored permanent PANIC", err, out.Stored)

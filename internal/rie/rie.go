@@ -220,11 +220,10 @@ func sessionPIDs(sid int) []int {
 
 // Stat is the part of /proc/<pid>/stat the tools here use.
 type Stat struct {
-	State      string
-	Session    int
-	UserTicks  int64 // utime, in clock ticks
-	SysTicks   int64 // stime, in clock ticks
-	StartTicks int64
+	State     string
+	Session   int
+	UserTicks int64 // utime, in clock ticks
+	SysTicks  int64 // stime, in clock ticks
 }
 
 // ReadStat reads /proc/<pid>/stat.
@@ -240,12 +239,12 @@ func ReadStat(pid int) (Stat, error) {
 		return Stat{}, fmt.Errorf("malformed stat for %d", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
+	if len(f) < 13 {
 		return Stat{}, fmt.Errorf("short stat for %d", pid)
 	}
 	atoi := func(x string) int64 { n, _ := strconv.ParseInt(x, 10, 64); return n }
 	// Fields after the name start at field 3 (state): index = field-3.
-	return Stat{State: f[0], Session: int(atoi(f[3])), UserTicks: atoi(f[11]), SysTicks: atoi(f[12]), StartTicks: atoi(f[19])}, nil
+	return Stat{State: f[0], Session: int(atoi(f[3])), UserTicks: atoi(f[11]), SysTicks: atoi(f[12])}, nil
 }
 
 // PeakRSS returns VmHWM of pid in bytes.

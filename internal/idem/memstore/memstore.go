@@ -5,6 +5,7 @@ package memstore
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -124,11 +125,7 @@ func (s *Store) RecordPoison(_ context.Context, p idem.Poison) error {
 func (s *Store) Poisons() map[string]idem.Poison {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]idem.Poison, len(s.poison))
-	for k, v := range s.poison {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.poison)
 }
 
 func clone(r idem.Record) idem.Record {
