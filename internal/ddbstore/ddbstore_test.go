@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -279,12 +281,17 @@ func raceWorker(t *testing.T) {
 type faultTransport struct {
 	fault func(op string, n int64) string // "" passes the request through
 	calls atomic.Int64
+	ops   []string // the operations fault sees; nil means the store's three
 }
 
 func (f *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	op := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 	kind := ""
-	if op == "PutItem" || op == "UpdateItem" || op == "GetItem" {
+	ops := f.ops
+	if ops == nil {
+		ops = []string{"PutItem", "UpdateItem", "GetItem"}
+	}
+	if slices.Contains(ops, op) {
 		kind = f.fault(op, f.calls.Add(1))
 	}
 	switch kind {
@@ -554,5 +561,67 @@ func TestMissingTableIsConfigurationError(t *testing.T) {
 	_, _, err := store.Get(context.Background(), "evt:missing-1:x", time.Now())
 	if idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), `"no-such-table"`) {
 		t.Fatalf("got %v; want a permanent error naming the table", err)
+	}
+}
+
+// A CreateTable whose reply is lost is retried by the SDK, and the retry
+// finds the table the first attempt made: that is our own table, not an
+// error (seen in CI against moto). Without a retry, an existing table is
+// still an error.
+func TestCreateTableSurvivesItsOwnRetry(t *testing.T) {
+	for _, server := range []string{"minidyn", "moto"} {
+		t.Run(server, func(t *testing.T) {
+			var ep string
+			if server == "moto" {
+				ep = ddbtest.MotoEndpoint(t)
+			} else {
+				_, ep = ddbtest.Minidyn(t)
+			}
+			var mu sync.Mutex
+			lost := map[string]int{}
+			ft := &faultTransport{ops: []string{"CreateTable", "UpdateTimeToLive"}, fault: func(op string, _ int64) string {
+				mu.Lock()
+				defer mu.Unlock()
+				switch lost[op]++; {
+				case lost[op] == 1:
+					return "lost-reply" // the first of each: the server acts, the reply is lost
+				case lost[op] == 2 && op == "UpdateTimeToLive":
+					// What DynamoDB answers a second enable (moto accepts it).
+					return "400 ValidationException"
+				}
+				return ""
+			}}
+			cfg := ddbtest.Config(ep, ft)
+			cfg.Retryer = func() aws.Retryer {
+				return retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = retry.NewExponentialJitterBackoff(20 * time.Millisecond) })
+			}
+			client, _ := ddbtest.Client(cfg)
+			table := "idem-retry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			ttl, err := ddbstore.CreateTable(context.Background(), client, table)
+			if server == "minidyn" && errors.Is(err, ddbstore.ErrNoTTL) {
+				err = nil // minidyn has no TTL API
+			} else if !ttl {
+				t.Errorf("TTL not reported enabled after a lost reply to UpdateTimeToLive (err %v)", err)
+			}
+			if err != nil {
+				t.Fatalf("CreateTable after lost replies: %v", err)
+			}
+			mu.Lock()
+			creates, enables := lost["CreateTable"], lost["UpdateTimeToLive"]
+			mu.Unlock()
+			if creates != 2 {
+				t.Fatalf("CreateTable reached the server %d times; want 2 (the lost reply, then the SDK's retry)", creates)
+			}
+			if server == "moto" && enables != 2 {
+				t.Fatalf("UpdateTimeToLive reached the server %d times; want 2", enables)
+			}
+			if _, err := client.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: &table}); err != nil {
+				t.Fatalf("table missing after CreateTable: %v", err)
+			}
+			_, err = ddbstore.CreateTable(context.Background(), client, table)
+			if _, ok := errors.AsType[*types.ResourceInUseException](err); !ok {
+				t.Fatalf("CreateTable on an existing table without a retry = %v; want ResourceInUseException", err)
+			}
+		})
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // CreateTable creates the records table for local runs and tests:
@@ -19,14 +21,22 @@ import (
 // It is never called in the Lambda request path: deployed tables come from
 // the SAM template.
 func CreateTable(ctx context.Context, client *dynamodb.Client, table string) (ttl bool, err error) {
+	var attempts attemptLog
 	_, err = client.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            &table,
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
-	})
+	}, attempts.option)
+	if _, exists := errors.AsType[*types.ResourceInUseException](err); exists && attempts.retried() {
+		// The SDK retried after an attempt whose reply was lost (a reset, a
+		// 5xx), and the server had already created the table on that
+		// attempt: "already exists" is then our own create, not someone
+		// else's table. Without a retry before it, it stays an error.
+		err = nil
+	}
 	if err != nil {
-		return false, fmt.Errorf("create table %q: %w", table, err)
+		return false, fmt.Errorf("create table %q: %w%s", table, err, attempts.String())
 	}
 	if err := waitActive(ctx, client, table); err != nil {
 		return false, err
@@ -35,10 +45,24 @@ func CreateTable(ctx context.Context, client *dynamodb.Client, table string) (tt
 		TableName:               &table,
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(TTLAttribute), Enabled: aws.Bool(true)},
 	})
-	if err != nil {
+	if err != nil && !ttlEnabled(ctx, client, table) {
+		// ttlEnabled covers the same kind of retry as above: DynamoDB
+		// refuses to enable TTL twice, so a retried enable fails although
+		// the first attempt worked.
 		return false, fmt.Errorf("%w: table %q: %w", ErrNoTTL, table, err)
 	}
 	return true, nil
+}
+
+// ttlEnabled reports whether TTL is on (or turning on) for TTLAttribute.
+func ttlEnabled(ctx context.Context, client *dynamodb.Client, table string) bool {
+	out, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: &table})
+	if err != nil || out.TimeToLiveDescription == nil {
+		return false
+	}
+	d := out.TimeToLiveDescription
+	on := d.TimeToLiveStatus == types.TimeToLiveStatusEnabled || d.TimeToLiveStatus == types.TimeToLiveStatusEnabling
+	return on && aws.ToString(d.AttributeName) == TTLAttribute
 }
 
 // ErrNoTTL is returned by CreateTable when the table was created but TTL
@@ -61,4 +85,45 @@ func waitActive(ctx context.Context, client *dynamodb.Client, table string) erro
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// attemptLog records the error of each failed attempt of one SDK call (the
+// SDK's retryer makes the attempts; this only watches them).
+type attemptLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// option is a per-call SDK option that installs the recorder after the
+// retry middleware, where it sees each attempt.
+func (l *attemptLog) option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("ddbstoreAttemptLog",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleFinalize(ctx, in)
+				if err != nil {
+					l.mu.Lock()
+					l.errs = append(l.errs, err)
+					l.mu.Unlock()
+				}
+				return out, md, err
+			}), middleware.After)
+	})
+}
+
+// String lists the failed attempts before the last, for error messages.
+func (l *attemptLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" (after earlier attempts failed: %v)", errors.Join(l.errs[:len(l.errs)-1]...))
+}
+
+// retried reports whether an attempt failed before the last one.
+func (l *attemptLog) retried() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.errs) > 1
 }

@@ -136,7 +136,7 @@ func Client(cfg aws.Config) (*dynamodb.Client, *Counter) {
 // expiry at read time and in conditions anyway.
 func NewTable(t testing.TB, client *dynamodb.Client) string {
 	t.Helper()
-	var b [4]byte
+	var b [8]byte
 	_, _ = rand.Read(b[:])
 	name := "idem-test-" + hex.EncodeToString(b[:])
 	if _, err := ddbstore.CreateTable(context.Background(), client, name); err != nil && !errors.Is(err, ddbstore.ErrNoTTL) {
