@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
@@ -24,6 +26,7 @@ import (
 )
 
 func main() {
+	tuneRuntime(config.RuntimeSettings(os.Getenv))
 	r, err := wire(context.Background())
 	if err != nil {
 		// One line that names what is wrong; the init fails.
@@ -31,6 +34,20 @@ func main() {
 		os.Exit(1)
 	}
 	lambda.Start(r.Invoke)
+}
+
+// tuneRuntime applies the runtime settings config chose (each zero value
+// leaves the runtime's own choice).
+func tuneRuntime(r config.Runtime) {
+	if r.MaxProcs > 0 {
+		runtime.GOMAXPROCS(r.MaxProcs)
+	}
+	if r.GCPercent > 0 {
+		debug.SetGCPercent(r.GCPercent)
+	}
+	if r.MemoryLimit > 0 {
+		debug.SetMemoryLimit(r.MemoryLimit)
+	}
 }
 
 func wire(ctx context.Context) (*router.Router, error) {

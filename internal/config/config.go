@@ -179,3 +179,42 @@ func (p *parser) statuses(name string) map[int]bool {
 	}
 	return out
 }
+
+// Runtime is how the function tunes the Go runtime at start. The function
+// is I/O-bound (DynamoDB and webhook round trips), and `make bench` measured
+// one P and a lazier collector to cut CPU per event by about a quarter
+// (BENCHMARKS.md). The operator's own GOMAXPROCS, GOGC or GOMEMLIMIT always
+// wins.
+type Runtime struct {
+	MaxProcs    int   // runtime.GOMAXPROCS; 0 leaves it
+	GCPercent   int   // debug.SetGCPercent; 0 leaves it
+	MemoryLimit int64 // debug.SetMemoryLimit, bytes; 0 leaves it
+}
+
+// Runtime defaults, applied only when the Go variable is unset.
+const (
+	DefaultMaxProcs  = 1
+	DefaultGCPercent = 200
+	// MemoryLimitShare is the share of the function's memory
+	// (AWS_LAMBDA_FUNCTION_MEMORY_SIZE) given to GOMEMLIMIT, so the lazier
+	// collector still works hard before Lambda's limit is reached.
+	MemoryLimitShare = 0.9
+	EnvMemorySize    = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE" // set by Lambda, in MB
+)
+
+// RuntimeSettings returns the runtime settings to apply for this
+// environment. A malformed AWS_LAMBDA_FUNCTION_MEMORY_SIZE sets no limit
+// rather than failing: it is Lambda's variable, not the operator's.
+func RuntimeSettings(getenv func(string) string) Runtime {
+	var r Runtime
+	if getenv("GOMAXPROCS") == "" {
+		r.MaxProcs = DefaultMaxProcs
+	}
+	if getenv("GOGC") == "" {
+		r.GCPercent = DefaultGCPercent
+	}
+	if mb, err := strconv.ParseInt(getenv(EnvMemorySize), 10, 64); err == nil && mb > 0 && getenv("GOMEMLIMIT") == "" {
+		r.MemoryLimit = int64(float64(mb<<20) * MemoryLimitShare)
+	}
+	return r
+}

@@ -83,3 +83,29 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		})
 	}
 }
+
+func TestRuntimeSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want Runtime
+	}{
+		{"defaults outside Lambda", nil, Runtime{MaxProcs: 1, GCPercent: 200}},
+		{"memory limit from the function's memory", map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256"},
+			Runtime{MaxProcs: 1, GCPercent: 200, MemoryLimit: 241591910}},
+		{"operator's GOMAXPROCS wins", map[string]string{"GOMAXPROCS": "4"}, Runtime{GCPercent: 200}},
+		{"operator's GOGC wins, even off", map[string]string{"GOGC": "off"}, Runtime{MaxProcs: 1}},
+		{"operator's GOMEMLIMIT wins", map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256", "GOMEMLIMIT": "100MiB"},
+			Runtime{MaxProcs: 1, GCPercent: 200}},
+		{"malformed memory size sets no limit", map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"},
+			Runtime{MaxProcs: 1, GCPercent: 200}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := RuntimeSettings(func(k string) string { return tt.env[k] })
+			if got != tt.want {
+				t.Errorf("RuntimeSettings(%v) = %+v; want %+v", tt.env, got, tt.want)
+			}
+		})
+	}
+}
