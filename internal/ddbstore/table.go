@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -88,9 +87,9 @@ func waitActive(ctx context.Context, client *dynamodb.Client, table string) erro
 }
 
 // attemptLog records the error of each failed attempt of one SDK call (the
-// SDK's retryer makes the attempts; this only watches them).
+// SDK's retryer makes the attempts, one after another on the caller's
+// goroutine; this only watches them).
 type attemptLog struct {
-	mu   sync.Mutex
 	errs []error
 }
 
@@ -102,9 +101,7 @@ func (l *attemptLog) option(o *dynamodb.Options) {
 			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 				out, md, err := next.HandleFinalize(ctx, in)
 				if err != nil {
-					l.mu.Lock()
 					l.errs = append(l.errs, err)
-					l.mu.Unlock()
 				}
 				return out, md, err
 			}), middleware.After)
@@ -113,8 +110,6 @@ func (l *attemptLog) option(o *dynamodb.Options) {
 
 // String lists the failed attempts before the last, for error messages.
 func (l *attemptLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if len(l.errs) < 2 {
 		return ""
 	}
@@ -123,7 +118,5 @@ func (l *attemptLog) String() string {
 
 // retried reports whether an attempt failed before the last one.
 func (l *attemptLog) retried() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	return len(l.errs) > 1
 }
