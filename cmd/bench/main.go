@@ -30,13 +30,13 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
-	"github.com/oncely/oncely/internal/downstream"
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/memstore"
 	"github.com/oncely/oncely/internal/notify"
-	"github.com/oncely/oncely/internal/rie"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
+	"github.com/oncely/oncely/internal/testing/memstore"
+	"github.com/oncely/oncely/internal/testing/rie"
 )
 
 // A figure is one line of the report.
@@ -56,9 +56,9 @@ func main() {
 	profBoot := flag.String("profile-bootstrap", "", "bootstrap built with -tags benchprofile; profiles one more end-to-end run")
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
 	flag.Parse()
-	moto := os.Getenv(ddbtest.EnvMoto)
+	moto := os.Getenv(ddblocal.EnvMoto)
 	if moto == "" {
-		fail(errors.New(ddbtest.EnvMoto + " is not set: run `make bench`, which starts moto"))
+		fail(errors.New(ddblocal.EnvMoto + " is not set: run `make bench`, which starts moto"))
 	}
 	var figs []figure
 	ctx := context.Background()
@@ -95,7 +95,7 @@ func fail(err error) {
 // --- 1. Store calls per outcome ---
 
 func storeCalls(ctx context.Context, moto string) ([]figure, error) {
-	client, counter := ddbtest.Client(ddbtest.Config(moto, nil))
+	client, counter := ddblocal.Client(ddblocal.Config(moto, nil))
 	table := fmt.Sprintf("bench-calls-%d", time.Now().UnixNano())
 	if _, err := ddbstore.CreateTable(ctx, client, table); err != nil {
 		return nil, err
@@ -113,7 +113,7 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 		return nil, err
 	}
 	defer stop()
-	n := notify.New(url, 5*time.Second, idem.HTTPClassifier{})
+	n := notify.New(url, 5*time.Second, notify.Classifier{})
 	do := func(key, body string) idem.Outcome {
 		r, _ := idem.NewRequest(key, []byte(body))
 		out, _ := engine.Do(ctx, r, func(ctx context.Context) ([]byte, error) {
@@ -136,7 +136,7 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	add("duplicate of a success", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1"}`) }), 1)
 
 	// In progress: hold one delivery at the downstream and send a duplicate.
-	down.Script("evt:calls-2:notify", downstream.Reply{Delay: 2 * time.Second})
+	down.Script("evt:calls-2:notify", fakewebhook.Reply{Delay: 2 * time.Second})
 	done := make(chan struct{})
 	go func() { do("evt:calls-2:notify", `{"id":"calls-2"}`); close(done) }()
 	for down.Count("evt:calls-2:notify") == 0 {
@@ -145,7 +145,7 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	add("duplicate while in progress", measure(func() { do("evt:calls-2:notify", `{"id":"calls-2"}`) }), 1)
 	<-done
 
-	down.Script("evt:calls-3:notify", downstream.Reply{Status: 404})
+	down.Script("evt:calls-3:notify", fakewebhook.Reply{Status: 404})
 	add("permanent failure", measure(func() { do("evt:calls-3:notify", `{"id":"calls-3"}`) }), 2)
 	add("key reuse (engine; the SQS adapter adds 1 PutItem for the poison note)", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1","x":1}`) }), 1)
 
@@ -160,8 +160,8 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	return figs, nil
 }
 
-func serveDownstream() (*downstream.Server, string, func(), error) {
-	down := downstream.New()
+func serveDownstream() (*fakewebhook.Server, string, func(), error) {
+	down := fakewebhook.New()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", nil, err
@@ -288,7 +288,7 @@ func batchLatency(ctx context.Context) ([]figure, error) {
 		return nil, err
 	}
 	defer stop()
-	n := notify.New(url, 5*time.Second, idem.HTTPClassifier{})
+	n := notify.New(url, 5*time.Second, notify.Classifier{})
 	var figs []figure
 	var seq atomic.Int64
 	const reps = 7
@@ -358,7 +358,7 @@ func startFunction(ctx context.Context, moto, rieBin, boot, table, downURL strin
 }
 
 func newTable(ctx context.Context, moto, prefix string) (string, error) {
-	client, _ := ddbtest.Client(ddbtest.Config(moto, nil))
+	client, _ := ddblocal.Client(ddblocal.Config(moto, nil))
 	table := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 	_, err := ddbstore.CreateTable(ctx, client, table)
 	if errors.Is(err, ddbstore.ErrNoTTL) {

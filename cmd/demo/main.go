@@ -30,8 +30,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/downstream"
-	"github.com/oncely/oncely/internal/rie"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
+	"github.com/oncely/oncely/internal/testing/rie"
 )
 
 func main() {
@@ -63,7 +63,7 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir string) error
 		return err
 	}
 
-	down := downstream.New()
+	down := fakewebhook.New()
 	defer down.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,10 +139,10 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir string) error
 		{"1 duplicate batch", func() ([]byte, error) { return sample("sqs-duplicate.json") }, nil},
 		{"2 same batch again", func() ([]byte, error) { return sample("sqs-duplicate.json") }, nil},
 		{"3 downstream 503", func() ([]byte, error) { return batch("d-503", `{"id":"release-50","action":"notify"}`) },
-			func() { down.Script("evt:release-50:notify", downstream.Reply{Status: 503, RetryAfter: "30"}) }},
+			func() { down.Script("evt:release-50:notify", fakewebhook.Reply{Status: 503, RetryAfter: "30"}) }},
 		{"4 redelivery", func() ([]byte, error) { return batch("d-503", `{"id":"release-50","action":"notify"}`) }, nil},
 		{"5 downstream 404", func() ([]byte, error) { return batch("d-404", `{"id":"release-51","action":"notify"}`) },
-			func() { down.Script("evt:release-51:notify", downstream.Reply{Status: 404}) }},
+			func() { down.Script("evt:release-51:notify", fakewebhook.Reply{Status: 404}) }},
 		{"6 redelivery", func() ([]byte, error) { return batch("d-404", `{"id":"release-51","action":"notify"}`) }, nil},
 		{"7 poison batch", func() ([]byte, error) { return sample("sqs-poison.json") }, nil},
 		{"8 FIFO batch", func() ([]byte, error) { return sample("sqs-fifo.json") }, nil},

@@ -10,11 +10,13 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
@@ -23,6 +25,7 @@ import (
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
 func main() {
@@ -57,8 +60,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The SDK reads the region, credentials and AWS_ENDPOINT_URL_DYNAMODB
-	// itself; its standard retryer retries throttling.
+	// The SDK reads the region, credentials and AWS_ENDPOINT_URL_<SERVICE>
+	// itself; its standard retryer retries throttling, within the time the
+	// engine's budget gives each call.
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
@@ -67,24 +71,38 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := idem.New(idem.Options{Store: store, Retry: cfg.Retry, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
+	budget := idem.Budget{}
+	engine, err := idem.New(idem.Options{Store: store, Retry: cfg.Retry, Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	act := notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, idem.HTTPClassifier{Transient: cfg.TransientStatuses}).Do
-	sqs, err := sqsbatch.New(sqsbatch.Options{
-		Engine: engine, Poison: store, Action: act,
-		KeyExpression: cfg.KeyExpression, PayloadExpression: cfg.PayloadExpression,
-		MaxConcurrency: cfg.MaxConcurrency, PoisonRetention: cfg.TTL, Logger: logger,
-		// Nothing starts that cannot finish: one request plus the margin.
-		MinRemaining: cfg.NotifyTimeout + idem.DefaultSafetyMargin,
+	notifier := notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
+	act := notifier.Do
+	var visibility sqsvisibility.Changer
+	if !cfg.QueueBackoff.Off {
+		visibility = sqsvisibility.New(sqs.NewFromConfig(awsCfg))
+	}
+	sqsHandler, err := sqsbatch.New(sqsbatch.Options{
+		Engine: engine, Poison: store, Action: act, Keys: cfg.Keys,
+		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, PoisonRetention: cfg.TTL,
+		Visibility: visibility, VisibilityPolicy: sqsvisibility.Policy{Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max},
+		Logger: logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	return &router.Router{SQS: sqs, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger}, nil
+	return &router.Router{
+		SQS: sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
+		FirstInvoke: func(ctx context.Context, timeout time.Duration) {
+			// Lambda does not show the function's timeout at init; the first
+			// invocation does. Say once if a request cannot fit in it.
+			if err := notifier.Fits(budget.WorkTime(timeout)); err != nil {
+				logger.WarnContext(ctx, "misconfiguration: "+err.Error(), "function_timeout", timeout.String(), "budget_reserve", budget.Reserve().String())
+			}
+		},
+	}, nil
 }

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/memstore"
+	"github.com/oncely/oncely/internal/testing/memstore"
 )
 
 func main() {
@@ -27,12 +27,20 @@ func main() {
 }
 
 func run(w io.Writer) error {
-	engine, err := idem.New(idem.Options{
-		Store:  memstore.New(),
-		Retry:  idem.RetryPolicy{MaxAttempts: 3, Base: 10 * time.Millisecond, Max: time.Second},
-		Lease:  time.Minute,
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	// The seed's policy: 3 attempts, 10 ms base, no jitter. The seed's
+	// scenario 6 expects RETRY_EXHAUSTED, which only a per-key cap gives;
+	// the product's default (no cap) releases the key instead (6b).
+	seed := idem.RetryPolicy{AttemptsPerDelivery: 3, AttemptsPerKey: 3, Base: 10 * time.Millisecond, Max: time.Second}
+	newEngine := func(p idem.RetryPolicy) (*idem.Engine, error) {
+		return idem.New(idem.Options{Store: memstore.New(), Retry: p, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	}
+	engine, err := newEngine(seed)
+	if err != nil {
+		return err
+	}
+	uncapped := seed
+	uncapped.AttemptsPerKey = 0
+	defaultEngine, err := newEngine(uncapped)
 	if err != nil {
 		return err
 	}
@@ -42,14 +50,15 @@ func run(w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%v\n", n, scenario, key, describe(out), calls, out.Attempts, out.Delays)
 	}
 	ctx := context.Background()
-	do := func(key, payload string, act idem.Action) idem.Outcome {
+	doWith := func(e *idem.Engine, key, payload string, act idem.Action) idem.Outcome {
 		r, err := idem.NewRequest(key, []byte(payload))
 		if err != nil {
 			return idem.Outcome{Key: key, Err: asError(err)}
 		}
-		out, _ := engine.Do(ctx, r, act)
+		out, _ := e.Do(ctx, r, act)
 		return out
 	}
+	do := func(key, payload string, act idem.Action) idem.Outcome { return doWith(engine, key, payload, act) }
 
 	// 1. A transient error, then success.
 	a := script(idem.Transient(errors.New("503 from downstream")))
@@ -74,7 +83,9 @@ func run(w io.Writer) error {
 	// 6. Three transient errors.
 	transient := idem.Transient(errors.New("503 from downstream"))
 	f := script(transient, transient, transient)
-	row(6, "three transient errors", "evt:release-44:notify", do("evt:release-44:notify", `{"id":"release-44"}`, f.run), f.calls)
+	row(6, "three transient errors, per-key cap 3", "evt:release-44:notify", do("evt:release-44:notify", `{"id":"release-44"}`, f.run), f.calls)
+	f2 := script(transient, transient, transient)
+	row(6, "the same, no per-key cap (default)", "evt:release-47:notify", doWith(defaultEngine, "evt:release-47:notify", `{"id":"release-47"}`, f2.run), f2.calls)
 
 	// 7. Two concurrent calls.
 	var (
@@ -115,6 +126,8 @@ func describe(out idem.Outcome) string {
 		return "replayed failure " + string(out.Err.Code)
 	case out.Err.Code == idem.CodeInProgress:
 		return "in progress (retry later)"
+	case out.Err.Retryable:
+		return "released, back to the queue: " + string(out.Err.Code)
 	default:
 		return "failed " + string(out.Err.Code) + ": " + strings.SplitN(out.Err.Message, ";", 2)[0]
 	}

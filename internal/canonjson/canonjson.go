@@ -133,7 +133,7 @@ func (p *parser) object(dst []byte) ([]byte, error) {
 	for i, m := range members {
 		if i > 0 {
 			if members[i-1].name == m.name {
-				return dst, fmt.Errorf("%w: duplicate object member %q", ErrInvalid, m.name)
+				return dst, fmt.Errorf("%w: duplicate object member name (%d bytes)", ErrInvalid, len(m.name))
 			}
 			dst = append(dst, ',')
 		}
@@ -256,7 +256,7 @@ func (p *parser) number(dst []byte) ([]byte, error) {
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil || math.IsInf(f, 0) {
-		return dst, fmt.Errorf("%w: number %s is out of range", ErrInvalid, lit)
+		return dst, fmt.Errorf("%w: a number is out of range (%d digits)", ErrInvalid, len(lit))
 	}
 	return appendES6Number(dst, f), nil
 }

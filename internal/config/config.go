@@ -1,90 +1,117 @@
 // Package config reads the function's configuration from the environment
 // and validates all of it at init: a missing or malformed value fails with
-// one line naming the variable and what it expected.
+// one line naming the variable and what it expected. It owns no default and
+// no rule of its own: unset values stay zero for their owners to default,
+// and cross-checks ask the owners (idem.Budget, eventkey).
 package config
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
 // The environment variables, all in one place. Variables lists them for
 // the checks that keep template.yaml and the README in step.
 const (
-	EnvTable             = "IDEMPOTENCY_TABLE"
-	EnvNamespace         = "IDEMPOTENCY_NAMESPACE"
-	EnvTTL               = "IDEMPOTENCY_TTL"
-	EnvLease             = "IDEMPOTENCY_LEASE"
-	EnvMaxAttempts       = "IDEMPOTENCY_MAX_ATTEMPTS"
-	EnvBackoffBase       = "IDEMPOTENCY_BACKOFF_BASE"
-	EnvBackoffMax        = "IDEMPOTENCY_BACKOFF_MAX"
-	EnvKeyJMESPath       = "IDEMPOTENCY_KEY_JMESPATH"
-	EnvPayloadJMESPath   = "IDEMPOTENCY_PAYLOAD_JMESPATH"
-	EnvMaxConcurrency    = "MAX_CONCURRENCY"
-	EnvDownstreamURL     = "DOWNSTREAM_URL"
-	EnvNotifyTimeout     = "NOTIFY_TIMEOUT"
-	EnvTransientStatuses = "NOTIFY_TRANSIENT_STATUSES"
-	EnvFunctionName      = "AWS_LAMBDA_FUNCTION_NAME" // set by Lambda; the default namespace
+	EnvTable               = "IDEMPOTENCY_TABLE"
+	EnvNamespace           = "IDEMPOTENCY_NAMESPACE"
+	EnvTTL                 = "IDEMPOTENCY_TTL"
+	EnvLease               = "IDEMPOTENCY_LEASE"
+	EnvAttemptsPerDelivery = "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY"
+	EnvAttemptsPerKey      = "IDEMPOTENCY_ATTEMPTS_PER_KEY"
+	EnvBackoffBase         = "IDEMPOTENCY_BACKOFF_BASE"
+	EnvBackoffMax          = "IDEMPOTENCY_BACKOFF_MAX"
+	EnvKeyJMESPath         = "IDEMPOTENCY_KEY_JMESPATH"
+	EnvPayloadJMESPath     = "IDEMPOTENCY_PAYLOAD_JMESPATH"
+	EnvMaxConcurrency      = "MAX_CONCURRENCY"
+	EnvQueueBackoff        = "SQS_BACKOFF"
+	EnvQueueBackoffBase    = "SQS_BACKOFF_BASE"
+	EnvQueueBackoffMax     = "SQS_BACKOFF_MAX"
+	EnvMaxBodyBytes        = "MAX_BODY_BYTES"
+	EnvDownstreamURL       = "DOWNSTREAM_URL"
+	EnvNotifyTimeout       = "NOTIFY_TIMEOUT"
+	EnvTransientStatuses   = "NOTIFY_TRANSIENT_STATUSES"
+	EnvFunctionName        = "AWS_LAMBDA_FUNCTION_NAME" // set by Lambda; the default namespace
 )
+
+// Retired variables, with what replaced them. A retired variable in the
+// environment fails init: keeping a name with a new meaning would silently
+// change a deployment.
+var Retired = map[string]string{
+	"IDEMPOTENCY_MAX_ATTEMPTS": "it is no longer read: set " + EnvAttemptsPerDelivery +
+		" (attempts within one delivery, default 3) and, only to cap attempts across deliveries, " +
+		EnvAttemptsPerKey + " (unset by default: the queue's redrive policy and DLQ decide when to give up)",
+}
 
 // Variables are the variables the function reads (Lambda's own excluded).
 var Variables = []string{
-	EnvTable, EnvNamespace, EnvTTL, EnvLease, EnvMaxAttempts, EnvBackoffBase, EnvBackoffMax,
-	EnvKeyJMESPath, EnvPayloadJMESPath, EnvMaxConcurrency, EnvDownstreamURL, EnvNotifyTimeout, EnvTransientStatuses,
+	EnvTable, EnvNamespace, EnvTTL, EnvLease, EnvAttemptsPerDelivery, EnvAttemptsPerKey, EnvBackoffBase, EnvBackoffMax,
+	EnvKeyJMESPath, EnvPayloadJMESPath, EnvMaxConcurrency, EnvQueueBackoff, EnvQueueBackoffBase, EnvQueueBackoffMax,
+	EnvMaxBodyBytes, EnvDownstreamURL, EnvNotifyTimeout, EnvTransientStatuses,
 }
 
-// Config is the validated configuration.
+// Config is the validated configuration. A zero field was not set: the
+// package that owns the setting applies its own default (documented there
+// and in the README), so no default is written twice.
 type Config struct {
 	Table             string
 	Namespace         string
 	TTL               time.Duration
 	Lease             time.Duration // 0: up to the invocation deadline
 	Retry             idem.RetryPolicy
-	KeyExpression     string
-	PayloadExpression string
+	Keys              *eventkey.Extractor
 	MaxConcurrency    int
+	QueueBackoff      QueueBackoff
+	MaxBodyBytes      int
 	DownstreamURL     string
 	NotifyTimeout     time.Duration
 	TransientStatuses map[int]bool
 }
 
-// Defaults for the variables that have one.
-const (
-	DefaultTTL           = 24 * time.Hour
-	DefaultMaxAttempts   = 3
-	DefaultBackoffBase   = 100 * time.Millisecond
-	DefaultBackoffMax    = 2 * time.Second
-	DefaultConcurrency   = 10
-	DefaultNotifyTimeout = 5 * time.Second
-)
+// QueueBackoff is the SQS visibility backoff as configured.
+type QueueBackoff struct {
+	Off       bool
+	Base, Max time.Duration
+}
 
 // Load reads the configuration through getenv (os.Getenv in production).
 // It reports the first problem as one line naming the variable.
 func Load(getenv func(string) string) (Config, error) {
 	p := parser{getenv: getenv}
+	for _, name := range slices.Sorted(maps.Keys(Retired)) {
+		if getenv(name) != "" {
+			p.err = fmt.Errorf("config: %s: %s", name, Retired[name])
+		}
+	}
 	c := Config{
-		Table:             p.required(EnvTable),
-		Namespace:         getenv(EnvNamespace),
-		TTL:               p.duration(EnvTTL, DefaultTTL),
-		Lease:             p.duration(EnvLease, 0),
-		KeyExpression:     getenv(EnvKeyJMESPath),
-		PayloadExpression: getenv(EnvPayloadJMESPath),
-		MaxConcurrency:    p.positiveInt(EnvMaxConcurrency, DefaultConcurrency),
-		DownstreamURL:     p.url(EnvDownstreamURL),
-		NotifyTimeout:     p.duration(EnvNotifyTimeout, DefaultNotifyTimeout),
-		TransientStatuses: p.statuses(EnvTransientStatuses),
+		Table:     p.required(EnvTable),
+		Namespace: getenv(EnvNamespace),
+		TTL:       p.duration(EnvTTL),
+		Lease:     p.duration(EnvLease),
 		Retry: idem.RetryPolicy{
-			MaxAttempts: p.positiveInt(EnvMaxAttempts, DefaultMaxAttempts),
-			Base:        p.duration(EnvBackoffBase, DefaultBackoffBase),
-			Max:         p.duration(EnvBackoffMax, DefaultBackoffMax),
-			Jitter:      0.2,
+			AttemptsPerDelivery: p.positiveInt(EnvAttemptsPerDelivery),
+			AttemptsPerKey:      p.positiveInt(EnvAttemptsPerKey),
+			Base:                p.duration(EnvBackoffBase),
+			Max:                 p.duration(EnvBackoffMax),
+			Jitter:              idem.DefaultJitter,
 		},
+		MaxConcurrency:    p.positiveInt(EnvMaxConcurrency),
+		QueueBackoff:      QueueBackoff{Off: !p.onOff(EnvQueueBackoff), Base: p.duration(EnvQueueBackoffBase), Max: p.duration(EnvQueueBackoffMax)},
+		MaxBodyBytes:      p.positiveInt(EnvMaxBodyBytes),
+		DownstreamURL:     p.url(EnvDownstreamURL),
+		NotifyTimeout:     p.duration(EnvNotifyTimeout),
+		TransientStatuses: p.statuses(EnvTransientStatuses),
 	}
 	if c.Namespace == "" {
 		c.Namespace = getenv(EnvFunctionName)
@@ -92,16 +119,28 @@ func Load(getenv func(string) string) (Config, error) {
 	if p.err == nil && (c.Namespace == "" || strings.Contains(c.Namespace, "#")) {
 		p.fail(EnvNamespace, "a name without '#' (it defaults to AWS_LAMBDA_FUNCTION_NAME, which is not set either)", c.Namespace)
 	}
-	if minLease := c.NotifyTimeout + idem.DefaultSafetyMargin; p.err == nil && c.Lease != 0 && c.Lease <= minLease {
-		p.fail(EnvLease, fmt.Sprintf("a duration above NOTIFY_TIMEOUT + %v (%v), or unset", idem.DefaultSafetyMargin, minLease), c.Lease.String())
+	if p.err == nil && c.Lease != 0 {
+		// A lease must hold one whole request plus the completion write.
+		timeout := cmp.Or(c.NotifyTimeout, notify.DefaultTimeout)
+		if work := (idem.Budget{}).LeaseWorkTime(c.Lease); work < timeout {
+			p.fail(EnvLease, fmt.Sprintf("a duration of at least NOTIFY_TIMEOUT + %v (%v), or unset", c.Lease-work, timeout+c.Lease-work), c.Lease.String())
+		}
 	}
-	if p.err == nil && c.Retry.Max < c.Retry.Base {
-		p.fail(EnvBackoffMax, fmt.Sprintf("a duration at least %s (%v)", EnvBackoffBase, c.Retry.Base), c.Retry.Max.String())
+	if p.err == nil && c.Retry.Max != 0 && c.Retry.Max < cmp.Or(c.Retry.Base, idem.DefaultBackoffBase) {
+		p.fail(EnvBackoffMax, fmt.Sprintf("a duration at least %s (%v)", EnvBackoffBase, cmp.Or(c.Retry.Base, idem.DefaultBackoffBase)), c.Retry.Max.String())
+	}
+	if p.err == nil && c.QueueBackoff.Max != 0 && c.QueueBackoff.Max < cmp.Or(c.QueueBackoff.Base, sqsvisibility.DefaultBase) {
+		p.fail(EnvQueueBackoffMax, fmt.Sprintf("a duration at least %s (%v)", EnvQueueBackoffBase, cmp.Or(c.QueueBackoff.Base, sqsvisibility.DefaultBase)), c.QueueBackoff.Max.String())
+	}
+	if p.err == nil && c.QueueBackoff.Max > sqsvisibility.MaxVisibility {
+		p.fail(EnvQueueBackoffMax, fmt.Sprintf("at most %v (SQS's visibility limit)", sqsvisibility.MaxVisibility), c.QueueBackoff.Max.String())
 	}
 	if p.err == nil {
-		if err := sqsbatch.CompileExpressions(c.KeyExpression, c.PayloadExpression); err != nil {
+		keys, err := eventkey.New(getenv(EnvKeyJMESPath), getenv(EnvPayloadJMESPath))
+		if err != nil {
 			p.err = fmt.Errorf("config: %s or %s: %w", EnvKeyJMESPath, EnvPayloadJMESPath, err)
 		}
+		c.Keys = keys
 	}
 	return c, p.err
 }
@@ -125,30 +164,45 @@ func (p *parser) required(name string) string {
 	return v
 }
 
-func (p *parser) duration(name string, def time.Duration) time.Duration {
+// duration returns 0 when name is unset.
+func (p *parser) duration(name string) time.Duration {
 	v := strings.TrimSpace(p.getenv(name))
 	if v == "" {
-		return def
+		return 0
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
 		p.fail(name, "a positive Go duration such as 500ms, 3s or 24h", v)
-		return def
+		return 0
 	}
 	return d
 }
 
-func (p *parser) positiveInt(name string, def int) int {
+// positiveInt returns 0 when name is unset.
+func (p *parser) positiveInt(name string) int {
 	v := strings.TrimSpace(p.getenv(name))
 	if v == "" {
-		return def
+		return 0
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		p.fail(name, "a positive whole number", v)
-		return def
+		return 0
 	}
 	return n
+}
+
+// onOff returns true when name is unset, "on" or "off" giving the answer.
+func (p *parser) onOff(name string) bool {
+	switch v := strings.ToLower(strings.TrimSpace(p.getenv(name))); v {
+	case "", "on":
+		return true
+	case "off":
+		return false
+	default:
+		p.fail(name, "on or off", v)
+		return true
+	}
 }
 
 func (p *parser) url(name string) string {

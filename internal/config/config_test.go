@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncely/oncely/internal/idem"
 )
@@ -21,21 +22,25 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Unset values stay zero: their owners default them, once.
 	want := Config{
-		Table: "idem", Namespace: "notify-fn", TTL: 24 * time.Hour, MaxConcurrency: 10,
-		DownstreamURL: "https://hooks.example/x", NotifyTimeout: 5 * time.Second,
-		Retry: idem.RetryPolicy{MaxAttempts: 3, Base: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2},
+		Table: "idem", Namespace: "notify-fn", DownstreamURL: "https://hooks.example/x",
+		Retry: idem.RetryPolicy{Jitter: idem.DefaultJitter},
 	}
-	if diff := cmp.Diff(want, c); diff != "" {
+	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(Config{}, "Keys")); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+	if c.Keys == nil {
+		t.Errorf("no key extractor for the default expression")
 	}
 }
 
 func TestLoadEverything(t *testing.T) {
 	m := base()
 	for k, v := range map[string]string{
-		EnvNamespace: "orders", EnvTTL: "48h", EnvLease: "30s", EnvMaxAttempts: "5", EnvBackoffBase: "50ms", EnvBackoffMax: "1s",
-		EnvKeyJMESPath: "join(':', ['evt', detail.id, 'ship'])", EnvPayloadJMESPath: "detail", EnvMaxConcurrency: "4",
+		EnvNamespace: "orders", EnvTTL: "48h", EnvLease: "30s", EnvAttemptsPerDelivery: "5", EnvAttemptsPerKey: "20",
+		EnvBackoffBase: "50ms", EnvBackoffMax: "1s", EnvKeyJMESPath: "['evt', detail.id, 'ship']", EnvPayloadJMESPath: "detail",
+		EnvMaxConcurrency: "4", EnvQueueBackoff: "OFF", EnvQueueBackoffBase: "5s", EnvQueueBackoffMax: "10m", EnvMaxBodyBytes: "65536",
 		EnvNotifyTimeout: "1500ms", EnvTransientStatuses: "429, 500,503",
 	} {
 		m[k] = v
@@ -44,10 +49,18 @@ func TestLoadEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Namespace != "orders" || c.TTL != 48*time.Hour || c.Lease != 30*time.Second || c.Retry.MaxAttempts != 5 ||
-		c.Retry.Base != 50*time.Millisecond || c.Retry.Max != time.Second || c.PayloadExpression != "detail" ||
-		c.MaxConcurrency != 4 || c.NotifyTimeout != 1500*time.Millisecond || !cmp.Equal(c.TransientStatuses, map[int]bool{429: true, 500: true, 503: true}) {
-		t.Errorf("got %+v", c)
+	want := Config{
+		Table: "idem", Namespace: "orders", TTL: 48 * time.Hour, Lease: 30 * time.Second, DownstreamURL: "https://hooks.example/x",
+		Retry:          idem.RetryPolicy{AttemptsPerDelivery: 5, AttemptsPerKey: 20, Base: 50 * time.Millisecond, Max: time.Second, Jitter: idem.DefaultJitter},
+		MaxConcurrency: 4, QueueBackoff: QueueBackoff{Off: true, Base: 5 * time.Second, Max: 10 * time.Minute}, MaxBodyBytes: 65536,
+		NotifyTimeout: 1500 * time.Millisecond, TransientStatuses: map[int]bool{429: true, 500: true, 503: true},
+	}
+	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(Config{}, "Keys")); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	req, err := c.Keys.Request([]byte(`{"detail":{"id":"o-9"}}`))
+	if err != nil || req.Key != "evt:o-9:ship" {
+		t.Errorf("key expression not applied: %+v %v", req, err)
 	}
 }
 
@@ -60,7 +73,13 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"url not http", EnvDownstreamURL, "ftp://x", "DOWNSTREAM_URL: want an http or https URL"},
 		{"ttl not a duration", EnvTTL, "24", `IDEMPOTENCY_TTL: want a positive Go duration such as 500ms, 3s or 24h, got "24"`},
 		{"lease negative", EnvLease, "-1s", "IDEMPOTENCY_LEASE: want a positive Go duration"},
-		{"attempts zero", EnvMaxAttempts, "0", "IDEMPOTENCY_MAX_ATTEMPTS: want a positive whole number"},
+		{"attempts zero", EnvAttemptsPerDelivery, "0", "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY: want a positive whole number"},
+		{"key cap word", EnvAttemptsPerKey, "many", "IDEMPOTENCY_ATTEMPTS_PER_KEY: want a positive whole number"},
+		{"retired max attempts", "IDEMPOTENCY_MAX_ATTEMPTS", "3", "IDEMPOTENCY_MAX_ATTEMPTS: it is no longer read: set IDEMPOTENCY_ATTEMPTS_PER_DELIVERY"},
+		{"queue backoff switch", EnvQueueBackoff, "maybe", "SQS_BACKOFF: want on or off"},
+		{"queue backoff max below base", EnvQueueBackoffMax, "1s", "SQS_BACKOFF_MAX: want a duration at least SQS_BACKOFF_BASE"},
+		{"queue backoff beyond SQS", EnvQueueBackoffMax, "13h", "SQS_BACKOFF_MAX: want at most 12h0m0s"},
+		{"body limit", EnvMaxBodyBytes, "-1", "MAX_BODY_BYTES: want a positive whole number"},
 		{"concurrency word", EnvMaxConcurrency, "ten", "MAX_CONCURRENCY: want a positive whole number"},
 		{"timeout", EnvNotifyTimeout, "5", "NOTIFY_TIMEOUT: want a positive Go duration"},
 		{"backoff max below base", EnvBackoffMax, "1ms", "IDEMPOTENCY_BACKOFF_MAX: want a duration at least IDEMPOTENCY_BACKOFF_BASE"},
@@ -70,7 +89,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"payload expression", EnvPayloadJMESPath, "[[", "IDEMPOTENCY_PAYLOAD_JMESPATH"},
 		{"namespace with #", EnvNamespace, "a#b", "IDEMPOTENCY_NAMESPACE"},
 		{"no namespace at all", EnvFunctionName, "", "IDEMPOTENCY_NAMESPACE"},
-		{"lease shorter than a request", EnvLease, "5s", "IDEMPOTENCY_LEASE: want a duration above NOTIFY_TIMEOUT"},
+		{"lease shorter than a request", EnvLease, "5s", "IDEMPOTENCY_LEASE: want a duration of at least NOTIFY_TIMEOUT + 500ms (5.5s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

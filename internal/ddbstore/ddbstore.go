@@ -52,6 +52,7 @@ const (
 	AttrReason      = "reason"     // poison notes
 	AttrBodySHA256  = "body_sha256"
 	AttrDetail      = "detail"
+	AttrBodySize    = "body_size"
 	TTLAttribute    = AttrExpiresAt
 	StatusPoison    = "POISON"
 	encodingGzip    = "gzip"
@@ -318,18 +319,24 @@ func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record
 	return rec, true, nil
 }
 
+func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
+
 // RecordPoison implements idem.PoisonRecorder: a note under
-// "<namespace>#poison#<id>" with the reason and the body's SHA-256, never
-// the body. Writing the same note twice is harmless, so the put is plain.
+// "<namespace>#poison#<id>" with the reason, a bounded description and the
+// body's SHA-256 and size, never the body. Its size is bounded whatever the
+// message held: the id is SQS's (at most 100 characters), the description
+// at most idem.MaxPoisonDetail bytes. Writing the same note twice is
+// harmless, so the put is plain.
 func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
 		Item: map[string]types.AttributeValue{
-			AttrPK:         str(s.namespace + "#poison#" + p.ID),
+			AttrPK:         str(s.poisonPK(p.ID)),
 			AttrStatus:     str(StatusPoison),
 			AttrReason:     str(string(p.Reason)),
 			AttrDetail:     str(p.Detail),
 			AttrBodySHA256: str(p.BodySHA256),
+			AttrBodySize:   n(int64(p.BodySize)),
 			AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
 			AttrCreatedAt:  ms(p.At),
 			AttrUpdatedAt:  ms(p.At),
@@ -339,6 +346,45 @@ func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
 		return s.classify("PutItem", err)
 	}
 	return nil
+}
+
+// GetPoison implements idem.PoisonStore with a strongly consistent GetItem.
+func (s *Store) GetPoison(ctx context.Context, id string, now time.Time) (idem.Poison, bool, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &s.table,
+		Key:            map[string]types.AttributeValue{AttrPK: str(s.poisonPK(id))},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return idem.Poison{}, false, s.classify("GetItem", err)
+	}
+	if len(out.Item) == 0 {
+		return idem.Poison{}, false, nil
+	}
+	p, err := decodePoison(out.Item, s.namespace)
+	if err != nil || !now.Before(p.ExpiresAt) {
+		return idem.Poison{}, false, err
+	}
+	return p, true, nil
+}
+
+// decodePoison reads a poison note item.
+func decodePoison(item map[string]types.AttributeValue, namespace string) (idem.Poison, error) {
+	d := decoder{item: item}
+	pk := d.s(AttrPK)
+	p := idem.Poison{
+		ID:         strings.TrimPrefix(pk, namespace+"#poison#"),
+		Reason:     idem.Code(d.s(AttrReason)),
+		Detail:     d.s(AttrDetail),
+		BodySHA256: d.s(AttrBodySHA256),
+		BodySize:   int(d.n(AttrBodySize)),
+		At:         time.UnixMilli(d.n(AttrCreatedAt)),
+		ExpiresAt:  time.Unix(d.n(AttrExpiresAt), 0),
+	}
+	if d.err != nil {
+		return idem.Poison{}, idem.Permanent(fmt.Errorf("ddbstore: malformed poison note %q: %w", pk, d.err))
+	}
+	return p, nil
 }
 
 // encodeResult stores a result as S when it is valid UTF-8 (readable by

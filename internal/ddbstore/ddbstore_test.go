@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,28 +27,29 @@ import (
 	"github.com/truora/minidyn/server"
 
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/idemtest"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/faults"
+	"github.com/oncely/oncely/internal/testing/storetest"
 )
 
 // env is one DynamoDB-compatible server with a fresh table.
 type env struct {
 	client  *dynamodb.Client
-	counter *ddbtest.Counter
+	counter *ddblocal.Counter
 	table   string
 	store   *ddbstore.Store
 }
 
 func newEnv(t *testing.T, endpoint string, transport http.RoundTripper) *env {
 	t.Helper()
-	return newEnvConfig(t, ddbtest.Config(endpoint, transport))
+	return newEnvConfig(t, ddblocal.Config(endpoint, transport))
 }
 
 func newEnvConfig(t *testing.T, cfg aws.Config) *env {
 	t.Helper()
-	client, counter := ddbtest.Client(cfg)
-	table := ddbtest.NewTable(t, client)
+	client, counter := ddblocal.Client(cfg)
+	table := ddblocal.NewTable(t, client)
 	store, err := ddbstore.New(client, table, "test-fn")
 	if err != nil {
 		t.Fatal(err)
@@ -60,33 +59,66 @@ func newEnvConfig(t *testing.T, cfg aws.Config) *env {
 }
 
 func minidynEnv(t *testing.T) *env {
-	_, ep := ddbtest.Minidyn(t)
+	_, ep := ddblocal.Minidyn(t)
 	return newEnv(t, ep, nil)
 }
 
 func motoEnv(t *testing.T) *env {
-	return newEnv(t, ddbtest.MotoEndpoint(t), nil)
+	return newEnv(t, ddblocal.MotoEndpoint(t), nil)
+}
+
+// harness runs the suite on one server, with faults injected between the
+// store and that server for the classification tests.
+func harness(endpoint string) storetest.Harness {
+	var shared *env
+	return storetest.Harness{
+		NewStore: func(t *testing.T) idem.Store {
+			if shared == nil {
+				shared = newEnv(t, endpoint, nil)
+			}
+			return shared.store
+		},
+		NewFaulty: func(t *testing.T, k faults.Kind) (idem.Store, string) {
+			ft := &faults.Transport{Replies: ddblocal.Replies}
+			cfg := ddblocal.Config(endpoint, ft)
+			cfg.Retryer = quickRetryer
+			e := newEnvConfig(t, cfg)
+			ft.Decide = func(req *http.Request) faults.Kind {
+				if slices.Contains(ddblocal.StoreOperations, ddblocal.Operation(req)) {
+					return k
+				}
+				return faults.None
+			}
+			return e.store, e.table
+		},
+	}
+}
+
+// quickRetryer is the SDK's own standard retryer with short backoffs, to
+// keep fault tests quick.
+func quickRetryer() aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = retry.NewExponentialJitterBackoff(20 * time.Millisecond) })
 }
 
 func TestConformanceMinidyn(t *testing.T) {
-	e := minidynEnv(t)
-	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return e.store })
-	idemtest.RunPoisonTests(t, e.store)
+	_, ep := ddblocal.Minidyn(t)
+	storetest.RunStoreTests(t, harness(ep))
+	storetest.RunPoisonTests(t, newEnv(t, ep, nil).store)
 }
 
 func TestConformanceMoto(t *testing.T) {
-	e := motoEnv(t)
-	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return e.store })
-	idemtest.RunPoisonTests(t, e.store)
+	ep := ddblocal.MotoEndpoint(t)
+	storetest.RunStoreTests(t, harness(ep))
+	storetest.RunPoisonTests(t, newEnv(t, ep, nil).store)
 }
 
 // TestConformanceRealAWS runs the suite against a real table when
 // IDEM_TEST_AWS_TABLE names one (with credentials and region from the
 // environment, as the AWS CLI takes them).
 func TestConformanceRealAWS(t *testing.T) {
-	table := os.Getenv(ddbtest.EnvAWSTable)
+	table := os.Getenv(ddblocal.EnvAWSTable)
 	if table == "" {
-		t.Skipf("set %s (and AWS credentials) to run against real DynamoDB", ddbtest.EnvAWSTable)
+		t.Skipf("set %s (and AWS credentials) to run against real DynamoDB", ddblocal.EnvAWSTable)
 	}
 	cfg, err := config.LoadDefaultConfig(context.Background())
 	if err != nil {
@@ -96,8 +128,8 @@ func TestConformanceRealAWS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return store })
-	idemtest.RunPoisonTests(t, store)
+	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return store }})
+	storetest.RunPoisonTests(t, store)
 }
 
 func engineOn(t *testing.T, s idem.Store) *idem.Engine {
@@ -221,7 +253,7 @@ func TestCrossProcessRace(t *testing.T) {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		cmd.Env = append(os.Environ(), envRaceWorker+"=1",
-			"RACE_ENDPOINT="+ddbtest.MotoEndpoint(t), "RACE_TABLE="+e.table, "RACE_RUN="+run,
+			"RACE_ENDPOINT="+ddblocal.MotoEndpoint(t), "RACE_TABLE="+e.table, "RACE_RUN="+run,
 			"RACE_START="+strconv.FormatInt(start, 10), "RACE_PROC="+strconv.Itoa(p))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -248,7 +280,7 @@ func TestCrossProcessRace(t *testing.T) {
 }
 
 func raceWorker(t *testing.T) {
-	client, _ := ddbtest.Client(ddbtest.Config(os.Getenv("RACE_ENDPOINT"), nil))
+	client, _ := ddblocal.Client(ddblocal.Config(os.Getenv("RACE_ENDPOINT"), nil))
 	store, err := ddbstore.New(client, os.Getenv("RACE_TABLE"), "race")
 	if err != nil {
 		t.Fatal(err)
@@ -275,58 +307,47 @@ func raceWorker(t *testing.T) {
 
 // --- Faults in the HTTP path ---
 
-// faultTransport forwards requests to the real server, and fails the ones
-// chosen by fault: with a synthetic DynamoDB error reply, with a connection
-// reset before sending, or by dropping the reply after the server acted.
+// faultTransport injects, into the operations in ops (nil: the store's),
+// the fault chosen per call: "" passes through, "reset" and "lost-reply"
+// are package faults' Reset and DropReply, and "<status> <type>" is a
+// DynamoDB error reply of that status and type.
 type faultTransport struct {
-	fault func(op string, n int64) string // "" passes the request through
+	fault func(op string, n int64) string
 	calls atomic.Int64
-	ops   []string // the operations fault sees; nil means the store's three
+	ops   []string
 }
 
 func (f *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	op := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
-	kind := ""
+	op := ddblocal.Operation(req)
 	ops := f.ops
 	if ops == nil {
-		ops = []string{"PutItem", "UpdateItem", "GetItem"}
+		ops = ddblocal.StoreOperations
 	}
+	spec := ""
 	if slices.Contains(ops, op) {
-		kind = f.fault(op, f.calls.Add(1))
+		spec = f.fault(op, f.calls.Add(1))
 	}
-	switch kind {
+	kind := faults.None
+	switch spec {
 	case "":
-		return http.DefaultTransport.RoundTrip(req)
 	case "reset":
-		return nil, &os.SyscallError{Syscall: "write", Err: syscall.ECONNRESET}
+		kind = faults.Reset
 	case "lost-reply":
-		resp, err := http.DefaultTransport.RoundTrip(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		return nil, &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}
+		kind = faults.DropReply
 	default:
-		status, typ, _ := strings.Cut(kind, " ")
+		status, typ, _ := strings.Cut(spec, " ")
 		code, _ := strconv.Atoi(status)
-		body := fmt.Sprintf(`{"__type":"com.amazonaws.dynamodb.v20120810#%s","message":"injected %s"}`, typ, typ)
-		return &http.Response{
-			StatusCode: code, Status: status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {typ}},
-			Body:    io.NopCloser(strings.NewReader(body)),
-			Request: req,
-		}, nil
+		return ddblocal.ErrorReply(req, code, typ), nil
 	}
+	return (&faults.Transport{Decide: func(*http.Request) faults.Kind { return kind }}).RoundTrip(req)
 }
 
 func faultEnv(t *testing.T, fault func(op string, n int64) string) (*env, *faultTransport) {
-	_, ep := ddbtest.Minidyn(t)
+	_, ep := ddblocal.Minidyn(t)
 	ft := &faultTransport{fault: func(string, int64) string { return "" }}
-	cfg := ddbtest.Config(ep, ft)
+	cfg := ddblocal.Config(ep, ft)
 	// The SDK's own standard retryer, with short backoffs to keep the test quick.
-	cfg.Retryer = func() aws.Retryer {
-		return retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = retry.NewExponentialJitterBackoff(20 * time.Millisecond) })
-	}
+	cfg.Retryer = quickRetryer
 	e := newEnvConfig(t, cfg)
 	ft.fault = fault
 	return e, ft
@@ -439,7 +460,7 @@ func TestOutageNeverReportsSuccess(t *testing.T) {
 }
 
 func TestMinidynOutageEmulation(t *testing.T) {
-	srv, ep := ddbtest.Minidyn(t)
+	srv, ep := ddblocal.Minidyn(t)
 	e := newEnv(t, ep, nil)
 	srv.EmulateFailure(server.FailureConditionInternalServerError)
 	_, _, err := e.store.Get(context.Background(), "evt:emulated-1:x", time.Now())
@@ -541,7 +562,7 @@ func TestItemEncoding(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	client, _ := ddbtest.Client(ddbtest.Config("http://127.0.0.1:1", nil))
+	client, _ := ddblocal.Client(ddblocal.Config("http://127.0.0.1:1", nil))
 	for _, tt := range []struct{ table, ns, want string }{
 		{"", "fn", "table"}, {"t", "", "namespace"}, {"t", "a#b", "namespace"},
 	} {
@@ -555,8 +576,8 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestMissingTableIsConfigurationError(t *testing.T) {
-	_, ep := ddbtest.Minidyn(t)
-	client, _ := ddbtest.Client(ddbtest.Config(ep, nil))
+	_, ep := ddblocal.Minidyn(t)
+	client, _ := ddblocal.Client(ddblocal.Config(ep, nil))
 	store, _ := ddbstore.New(client, "no-such-table", "fn")
 	_, _, err := store.Get(context.Background(), "evt:missing-1:x", time.Now())
 	if idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), `"no-such-table"`) {
@@ -573,9 +594,9 @@ func TestCreateTableSurvivesItsOwnRetry(t *testing.T) {
 		t.Run(server, func(t *testing.T) {
 			var ep string
 			if server == "moto" {
-				ep = ddbtest.MotoEndpoint(t)
+				ep = ddblocal.MotoEndpoint(t)
 			} else {
-				_, ep = ddbtest.Minidyn(t)
+				_, ep = ddblocal.Minidyn(t)
 			}
 			var mu sync.Mutex
 			lost := map[string]int{}
@@ -591,11 +612,9 @@ func TestCreateTableSurvivesItsOwnRetry(t *testing.T) {
 				}
 				return ""
 			}}
-			cfg := ddbtest.Config(ep, ft)
-			cfg.Retryer = func() aws.Retryer {
-				return retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = retry.NewExponentialJitterBackoff(20 * time.Millisecond) })
-			}
-			client, _ := ddbtest.Client(cfg)
+			cfg := ddblocal.Config(ep, ft)
+			cfg.Retryer = quickRetryer
+			client, _ := ddblocal.Client(cfg)
 			table := "idem-retry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			ttl, err := ddbstore.CreateTable(context.Background(), client, table)
 			if server == "minidyn" && errors.Is(err, ddbstore.ErrNoTTL) {
@@ -623,5 +642,66 @@ func TestCreateTableSurvivesItsOwnRetry(t *testing.T) {
 				t.Fatalf("CreateTable on an existing table without a retry = %v; want ResourceInUseException", err)
 			}
 		})
+	}
+}
+
+// deadlineRecorder records the deadline of every request's context: the
+// SDK's retries carry the caller's context, so every attempt must end by
+// the store deadline the engine's budget sets.
+type deadlineRecorder struct {
+	base      http.RoundTripper
+	mu        sync.Mutex
+	deadlines []time.Time
+}
+
+func (d *deadlineRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	dl, _ := req.Context().Deadline()
+	d.mu.Lock()
+	d.deadlines = append(d.deadlines, dl)
+	d.mu.Unlock()
+	return d.base.RoundTrip(req)
+}
+
+// With DynamoDB throttling every request, the SDK's standard retryer (its
+// default backoff, up to 20 s) would run past a 3 s invocation. Every
+// attempt carries the engine's store deadline instead, and the outcome of a
+// call cut short is STORE_UNAVAILABLE, never a timed-out invocation.
+func TestStoreRetriesEndWithinTheInvocationBudget(t *testing.T) {
+	_, ep := ddblocal.Minidyn(t)
+	var throttle atomic.Bool
+	rec := &deadlineRecorder{base: &faults.Transport{Replies: ddblocal.Replies, Decide: func(req *http.Request) faults.Kind {
+		if throttle.Load() && slices.Contains(ddblocal.StoreOperations, ddblocal.Operation(req)) {
+			return faults.Throttle
+		}
+		return faults.None
+	}}}
+	e := newEnvConfig(t, ddblocal.Config(ep, rec)) // the SDK's default retryer
+	budget := idem.Budget{StoreReserve: 300 * time.Millisecond, RespondReserve: 200 * time.Millisecond}
+	eng, err := idem.New(idem.Options{Store: e.store, Budget: budget, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	throttle.Store(true)
+	rec.mu.Lock()
+	rec.deadlines = nil
+	rec.mu.Unlock()
+	deadline := time.Now().Add(900 * time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var ran atomic.Bool
+	out, err := eng.Do(ctx, request(t, "evt:throttled-1:x", `{}`), func(context.Context) ([]byte, error) { ran.Store(true); return []byte(`1`), nil })
+	if errCode(err) != idem.CodeStoreUnavailable || out.Stored || ran.Load() {
+		t.Fatalf("Do under constant throttling = %+v, %v; want STORE_UNAVAILABLE, nothing run", out, err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.deadlines) == 0 {
+		t.Fatal("no request reached the transport")
+	}
+	want := budget.StoreDeadline(deadline)
+	for i, dl := range rec.deadlines {
+		if dl.IsZero() || dl.After(want) {
+			t.Errorf("attempt %d carried deadline %v; want one by the store deadline %v", i+1, dl, want)
+		}
 	}
 }

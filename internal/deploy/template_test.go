@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,10 @@ import (
 
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/emf"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/router"
+	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
 const (
@@ -31,7 +36,7 @@ var knownEnv = config.Variables
 // sdkEnv are read by aws-sdk-go-v2 itself, not by our configuration. The
 // template declares them (empty) only so that `sam local invoke --env-vars`
 // can set them: it overrides nothing the template does not declare.
-var sdkEnv = []string{"AWS_ENDPOINT_URL_DYNAMODB"}
+var sdkEnv = []string{"AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"}
 
 // Defaults AWS applies when the template leaves a property out.
 const (
@@ -111,14 +116,22 @@ func TestTemplate(t *testing.T) {
 		}
 	})
 
-	t.Run("IAM grants exactly RequiredIAMActions on the table", func(t *testing.T) {
-		want := slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))
+	t.Run("IAM grants exactly the actions the code calls, on its resources only", func(t *testing.T) {
+		// Each resource, and exactly the actions its driver lists.
+		sources := map[string]bool{}
+		for _, ev := range tpl.sqsEvents(t) {
+			sources[ev.queue] = true
+		}
+		want := map[string][]string{table: slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))}
+		for q := range sources {
+			want[q] = slices.Sorted(slices.Values(sqsvisibility.RequiredIAMActions()))
+		}
 		for _, fn := range functions {
 			p := tpl.props(fn)
 			if get(p, "Role") != nil {
 				t.Errorf("%s: got a Role, want Policies only (a Role bypasses this check)", fn)
 			}
-			var got []string
+			got := map[string][]string{}
 			for i, policy := range items(get(p, "Policies")) {
 				if policy.Kind != yaml.MappingNode || get(policy, "Statement") == nil {
 					t.Errorf("%s: Policies[%d] got %s, want an inline policy document (no managed policies or SAM policy templates such as DynamoDBCrudPolicy)",
@@ -130,27 +143,119 @@ func TestTemplate(t *testing.T) {
 					if effect := str(get(st, "Effect")); effect != "Allow" {
 						t.Errorf("%s: Effect got %q, want Allow", where, effect)
 					}
-					for _, k := range []string{"NotAction", "NotResource"} {
+					for _, k := range []string{"NotAction", "NotResource", "Condition"} {
 						if get(st, k) != nil {
 							t.Errorf("%s: got %s, want Action and Resource only", where, k)
 						}
 					}
-					for _, action := range scalars(get(st, "Action")) {
+					actions := scalars(get(st, "Action"))
+					for _, action := range actions {
 						if strings.Contains(action, "*") {
 							t.Errorf("%s: Action got %q, want no wildcard", where, action)
 						}
-						got = append(got, action)
 					}
 					for _, res := range items(get(st, "Resource")) {
-						if id, attr, ok := getAtt(res); !ok || id != table || attr != "Arn" {
-							t.Errorf("%s: Resource got %s, want !GetAtt %s.Arn", where, describe(res), table)
+						id, ok := resourceID(res)
+						if !ok || want[id] == nil {
+							t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
+							continue
 						}
+						got[id] = append(got[id], actions...)
 					}
 				}
 			}
-			slices.Sort(got)
+			for id := range got {
+				slices.Sort(got[id])
+			}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s: IAM actions, want ddbstore.RequiredIAMActions() (-want +got):\n%s", fn, diff)
+				t.Errorf("%s: IAM actions by resource (-want +got):\n%s", fn, diff)
+			}
+		}
+	})
+
+	t.Run("alarms on the function's metrics use the EMF dimension set", func(t *testing.T) {
+		found := 0
+		for _, alarm := range tpl.ofType("AWS::CloudWatch::Alarm") {
+			p := tpl.props(alarm)
+			var stats []*yaml.Node
+			if str(get(p, "Namespace")) != "" {
+				stats = append(stats, p)
+			}
+			for _, m := range items(get(p, "Metrics")) {
+				if ms := get(m, "MetricStat", "Metric"); ms != nil {
+					stats = append(stats, ms)
+				}
+			}
+			for _, m := range stats {
+				if str(get(m, "Namespace")) != router.MetricsNamespace {
+					continue
+				}
+				found++
+				if name := str(get(m, "MetricName")); !slices.Contains(router.Metrics(), name) {
+					t.Errorf("%s: MetricName got %q, want one the function writes %q", alarm, name, router.Metrics())
+				}
+				var dims []string
+				for _, d := range items(get(m, "Dimensions")) {
+					dims = append(dims, str(get(d, "Name")))
+				}
+				slices.Sort(dims)
+				if want := slices.Sorted(slices.Values(emf.Dimensions)); !slices.Equal(dims, want) {
+					t.Errorf("%s: Dimensions got %q, want exactly the EMF dimension set %q, or the alarm watches a metric nobody writes", alarm, dims, want)
+				}
+			}
+		}
+		if found == 0 {
+			t.Errorf("got no alarm on namespace %q, want one on %s (those messages never reach a DLQ)", router.MetricsNamespace, idem.LabelRetryExhausted)
+		}
+	})
+
+	t.Run("source queues have an age alarm", func(t *testing.T) {
+		watched := map[string]bool{}
+		for _, alarm := range tpl.ofType("AWS::CloudWatch::Alarm") {
+			p := tpl.props(alarm)
+			if str(get(p, "MetricName")) != "ApproximateAgeOfOldestMessage" {
+				continue
+			}
+			for _, d := range items(get(p, "Dimensions")) {
+				if id, attr, ok := getAtt(get(d, "Value")); ok && attr == "QueueName" {
+					watched[id] = true
+				}
+			}
+		}
+		for _, ev := range tpl.sqsEvents(t) {
+			if !watched[ev.queue] {
+				t.Errorf("%s: queue %s has no ApproximateAgeOfOldestMessage alarm, want one (backoff hides a growing backlog)", ev, ev.queue)
+			}
+		}
+	})
+
+	t.Run("retention outlives every copy of a message", func(t *testing.T) {
+		param := get(tpl.root, "Parameters", "IdempotencyTtlHours")
+		minHours := intOr(t, get(param, "MinValue"), 0)
+		defHours := intOr(t, get(param, "Default"), 0)
+		for _, fn := range functions {
+			ttl := get(tpl.props(fn), "Environment", "Variables", "IDEMPOTENCY_TTL")
+			if ttl == nil || ttl.Tag != "!Sub" || ttl.Value != "${IdempotencyTtlHours}h" {
+				t.Errorf("%s: IDEMPOTENCY_TTL got %s, want !Sub \"${IdempotencyTtlHours}h\" (so the parameter's MinValue holds)", fn, describe(ttl))
+			}
+		}
+		for _, q := range tpl.ofType("AWS::SQS::Queue") {
+			ret := intOr(t, get(tpl.props(q), "MessageRetentionPeriod"), defaultRetention)
+			if get(tpl.props(q), "RedrivePolicy") != nil && minHours*3600 < ret {
+				t.Errorf("%s: IdempotencyTtlHours MinValue %d h is shorter than the source queue's retention %d s: a late copy would run again", q, minHours, ret)
+			}
+			if defHours*3600 < ret {
+				t.Errorf("%s: IdempotencyTtlHours Default %d h is shorter than the queue's retention %d s (a redriven copy would run again)", q, defHours, ret)
+			}
+		}
+	})
+
+	t.Run("retired variables are not set", func(t *testing.T) {
+		for _, fn := range functions {
+			for name := range pairs(get(tpl.props(fn), "Environment", "Variables")) {
+				if _, retired := config.Retired[name]; retired {
+					t.Errorf("%s: Environment sets %s, which fails init: %s", fn, name, config.Retired[name])
+				}
 			}
 		}
 	})
@@ -483,6 +588,14 @@ func intOr(t *testing.T, n *yaml.Node, def int) int {
 
 func isIntrinsic(n *yaml.Node) bool {
 	return strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!")
+}
+
+// resourceID returns X for !GetAtt X.Arn or !Ref X.
+func resourceID(n *yaml.Node) (string, bool) {
+	if id, attr, ok := getAtt(n); ok && attr == "Arn" {
+		return id, true
+	}
+	return ref(n)
 }
 
 // ref returns X for !Ref X or {Ref: X}.

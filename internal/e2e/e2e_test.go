@@ -19,10 +19,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
-	"github.com/oncely/oncely/internal/downstream"
 	"github.com/oncely/oncely/internal/httpapi"
-	"github.com/oncely/oncely/internal/rie"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
+	"github.com/oncely/oncely/internal/testing/rie"
 )
 
 // Environment the tests read.
@@ -35,7 +35,7 @@ var bootstrap string
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Getenv(envRIE) == "" || os.Getenv(ddbtest.EnvMoto) == "" {
+		if os.Getenv(envRIE) == "" || os.Getenv(ddblocal.EnvMoto) == "" {
 			return m.Run() // each test skips, or fails under envRequire
 		}
 		dir, err := os.MkdirTemp("", "oncely-e2e")
@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 type fn struct {
 	t      *testing.T
 	emu    *rie.Emulator
-	down   *downstream.Server
+	down   *fakewebhook.Server
 	table  string
 	client *dynamodb.Client
 }
@@ -70,14 +70,14 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	t.Helper()
 	if bootstrap == "" {
 		if os.Getenv(envRequire) != "" {
-			t.Fatalf("%s and %s are required (make test sets them)", envRIE, ddbtest.EnvMoto)
+			t.Fatalf("%s and %s are required (make test sets them)", envRIE, ddblocal.EnvMoto)
 		}
-		t.Skipf("set %s and %s (make test does) to run the end-to-end tests", envRIE, ddbtest.EnvMoto)
+		t.Skipf("set %s and %s (make test does) to run the end-to-end tests", envRIE, ddblocal.EnvMoto)
 	}
-	moto := os.Getenv(ddbtest.EnvMoto)
-	f := &fn{t: t, down: downstream.New()}
-	f.client, _ = ddbtest.Client(ddbtest.Config(moto, nil))
-	f.table = ddbtest.NewTable(t, f.client)
+	moto := os.Getenv(ddblocal.EnvMoto)
+	f := &fn{t: t, down: fakewebhook.New()}
+	f.client, _ = ddblocal.Client(ddblocal.Config(moto, nil))
+	f.table = ddblocal.NewTable(t, f.client)
 	hs := httptest.NewServer(f.down)
 	t.Cleanup(func() { f.down.Close(); hs.Close() })
 	var err error
@@ -182,7 +182,7 @@ func TestE2EDuplicateInTwoInvocationsCallsDownstreamOnce(t *testing.T) {
 
 func TestE2ETransient503ThenRedeliveredAndAcknowledged(t *testing.T) {
 	f := start(t, 10)
-	f.down.Script(key42, downstream.Reply{Status: 503, RetryAfter: "60"})
+	f.down.Script(key42, fakewebhook.Reply{Status: 503, RetryAfter: "60"})
 	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 1 || ids[0] != "m1" {
 		t.Fatalf("failures %v; want [m1]", ids)
 	}
@@ -196,7 +196,7 @@ func TestE2ETransient503ThenRedeliveredAndAcknowledged(t *testing.T) {
 
 func TestE2EPermanent404RecordedAndReplayed(t *testing.T) {
 	f := start(t, 10)
-	f.down.Script(key42, downstream.Reply{Status: 404})
+	f.down.Script(key42, fakewebhook.Reply{Status: 404})
 	if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 0 {
 		t.Fatalf("failures %v; want none", ids)
 	}
@@ -221,7 +221,7 @@ func TestE2ECrashMidAction(t *testing.T) {
 	// loaded machine, so the deadline is generous.
 	const timeout = 8
 	f := start(t, timeout, "NOTIFY_TIMEOUT=3s")
-	f.down.Script(key42, downstream.Reply{Hang: true})
+	f.down.Script(key42, fakewebhook.Reply{Hang: true})
 	crashed := make(chan []byte)
 	invoked := time.Now()
 	go func() {

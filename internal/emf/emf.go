@@ -12,44 +12,48 @@ import (
 	"time"
 )
 
-// Outcome labels: what happened to one record or request. They are the
-// metric names, and the "outcome" field of each record's log line.
-const (
-	Executed   = "executed"    // the action ran and its success is stored
-	Replayed   = "replayed"    // a stored success was returned, or an in-batch duplicate shared it
-	Permanent  = "permanent"   // a permanent failure is stored (run now or replayed)
-	Poison     = "poison"      // not processable as an event; a poison note is stored
-	InProgress = "in_progress" // another worker holds the key
-	Transient  = "transient"   // failed transiently; released for a retry
-	LeaseLost  = "lease_lost"  // the lease was taken over; the result was discarded
-	StoreError = "store_error" // the store failed; nothing is known to be stored
-	Skipped    = "skipped"     // not started: deadline near, or an earlier FIFO record failed
-)
+// Dimensions is the one dimension set of every document. CloudWatch keys a
+// metric by its full dimension set, so an alarm on these metrics must name
+// exactly these dimensions (the template's tests check it).
+var Dimensions = []string{"FunctionName", "Source"}
 
-// Labels lists every outcome label, in a stable order.
-var Labels = []string{Executed, Replayed, Permanent, Poison, InProgress, Transient, LeaseLost, StoreError, Skipped}
+// DurationMetric is the name of the invocation's duration, in milliseconds.
+const DurationMetric = "duration"
 
-// Counts tallies outcomes. It is safe for concurrent use.
+// Counts tallies metrics by name. It is safe for concurrent use.
 type Counts struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-// Add counts one outcome.
-func (c *Counts) Add(label string) {
+// Add counts one.
+func (c *Counts) Add(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
 		c.n = map[string]int{}
 	}
-	c.n[label]++
+	c.n[name]++
 }
 
-// Get returns the count of label.
-func (c *Counts) Get(label string) int {
+// Get returns the count of name.
+func (c *Counts) Get(name string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.n[label]
+	return c.n[name]
+}
+
+// Document is one invocation's metrics.
+type Document struct {
+	Namespace string
+	// Dimensions holds a value for each name in the package's Dimensions.
+	Dimensions map[string]string
+	// Names lists the count metrics to write, zeros included, so that
+	// alarms always see a value.
+	Names    []string
+	Counts   *Counts
+	Duration time.Duration
+	At       time.Time
 }
 
 type metric struct {
@@ -68,22 +72,20 @@ type metadata struct {
 	CloudWatchMetrics []directive `json:"CloudWatchMetrics"`
 }
 
-// Write writes one EMF document: every label's count (zeros included, so
-// alarms see a value) and the duration in milliseconds, under namespace,
-// with dimensions FunctionName and Source.
-func Write(w io.Writer, namespace, function, source string, c *Counts, duration time.Duration, at time.Time) error {
-	doc := map[string]any{
-		"FunctionName": function,
-		"Source":       source,
+// Write writes d as one EMF line.
+func Write(w io.Writer, d Document) error {
+	doc := map[string]any{}
+	for _, name := range Dimensions {
+		doc[name] = d.Dimensions[name]
 	}
-	d := directive{Namespace: namespace, Dimensions: [][]string{{"FunctionName", "Source"}}}
-	for _, l := range Labels {
-		d.Metrics = append(d.Metrics, metric{Name: l, Unit: "Count"})
-		doc[l] = c.Get(l)
+	dir := directive{Namespace: d.Namespace, Dimensions: [][]string{Dimensions}}
+	for _, name := range d.Names {
+		dir.Metrics = append(dir.Metrics, metric{Name: name, Unit: "Count"})
+		doc[name] = d.Counts.Get(name)
 	}
-	d.Metrics = append(d.Metrics, metric{Name: "duration", Unit: "Milliseconds"})
-	doc["duration"] = float64(duration.Microseconds()) / 1000
-	doc["_aws"] = metadata{Timestamp: at.UnixMilli(), CloudWatchMetrics: []directive{d}}
+	dir.Metrics = append(dir.Metrics, metric{Name: DurationMetric, Unit: "Milliseconds"})
+	doc[DurationMetric] = float64(d.Duration.Microseconds()) / 1000
+	doc["_aws"] = metadata{Timestamp: d.At.UnixMilli(), CloudWatchMetrics: []directive{dir}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@
 // a key reused with another body gets 422.
 //
 // This package alone maps the engine's codes to HTTP statuses (see status).
+// Requests are checked before any store call: the route (404, 405), the
+// body's size (413) and declared type (415), the key and the JSON (400).
 package httpapi
 
 import (
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"mime"
 	"strconv"
 	"strings"
 	"time"
@@ -24,23 +27,33 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/idem"
 )
 
-// HeaderKey is the request header carrying the idempotency key.
-const HeaderKey = "Idempotency-Key"
+// The one route this adapter serves, and its request header.
+const (
+	Method    = "POST"
+	Path      = "/events"
+	RouteKey  = Method + " " + Path
+	HeaderKey = "Idempotency-Key"
+)
 
 // maxClientKey leaves room in the 128-character key for the "api:" prefix
 // and the caller scope.
 const maxClientKey = 100
 
+// DefaultMaxBodyBytes is SQS's message limit, so that both paths accept the
+// same events.
+const DefaultMaxBodyBytes = 1 << 20
+
 // Options configure a Handler. Engine and Action are required.
 type Options struct {
 	Engine *idem.Engine
 	Action action.Func
-	Now    func() time.Time
-	Logger *slog.Logger
+	// MaxBodyBytes refuses larger bodies with 413. Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	Now          func() time.Time
+	Logger       *slog.Logger
 }
 
 // Handler serves API Gateway v2 requests.
@@ -51,6 +64,9 @@ func New(o Options) (*Handler, error) {
 	if o.Engine == nil || o.Action == nil {
 		return nil, errors.New("httpapi: Options.Engine and Options.Action are required")
 	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -60,10 +76,163 @@ func New(o Options) (*Handler, error) {
 	return &Handler{o: o}, nil
 }
 
+// Result says what happened to one request.
+type Result struct {
+	Label    idem.Label
+	Code     idem.Code
+	Key      string
+	Attempts int
+}
+
+// Handle serves one request.
+func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
+	start := h.o.Now()
+	resp, res := h.handle(ctx, req)
+	h.o.Logger.InfoContext(ctx, "request", "requestId", req.RequestContext.RequestID, "key", res.Key, "outcome", string(res.Label),
+		"code", string(res.Code), "status", resp.StatusCode, "attempts", res.Attempts, "duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
+	return resp, res
+}
+
+func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
+	if resp, code, ok := checkRoute(req); !ok {
+		return resp, Result{Label: idem.LabelPoison, Code: code}
+	}
+	body, resp, code, ok := h.body(req)
+	if !ok {
+		return resp, Result{Label: idem.LabelPoison, Code: code}
+	}
+	ck, err := clientKey(req.Headers)
+	if err != nil {
+		return problem(400, idem.CodeInvalidKey, err.Error(), 0), Result{Label: idem.LabelPoison, Code: idem.CodeInvalidKey}
+	}
+	key := ScopedKey(Scope(req), ck)
+	r, err := idem.NewRequest(key, body)
+	if err != nil {
+		return problem(400, idem.CodeInvalidPayload, "the body must be a JSON document: "+err.(*idem.Error).Message, 0),
+			Result{Label: idem.LabelPoison, Code: idem.CodeInvalidPayload, Key: key}
+	}
+	// The action gets the scoped key: a downstream de-duplicating on it must
+	// not merge two callers who chose the same Idempotency-Key.
+	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
+	out, _ := h.o.Engine.Do(ctx, r, func(ctx context.Context) ([]byte, error) {
+		res, err := h.o.Action(ctx, ev)
+		if err != nil {
+			return nil, err
+		}
+		return action.Encode(res), nil
+	})
+	res := Result{Label: out.Label(), Key: key, Attempts: out.Attempts}
+	if out.Err != nil {
+		res.Code = out.Err.Code
+		resp := problem(status(out), out.Err.Code, out.Err.Message, out.Err.RetryAfter)
+		if out.Replayed {
+			resp.Headers["Idempotent-Replayed"] = "true"
+		}
+		return resp, res
+	}
+	stored, err := action.Decode(out.Result)
+	if err != nil {
+		res.Label, res.Code = idem.LabelStoreError, idem.CodeCorruptRecord
+		return problem(500, idem.CodeCorruptRecord, "the stored result cannot be read", 0), res
+	}
+	resp = events.APIGatewayV2HTTPResponse{StatusCode: stored.Status, Body: string(stored.Body), Headers: map[string]string{"Content-Type": contentType(stored)}}
+	if out.Replayed {
+		resp.Headers["Idempotent-Replayed"] = "true"
+	}
+	return resp, res
+}
+
+// checkRoute accepts POST /events. It trusts routeKey when API Gateway
+// matched a route; only for the catch-all $default route does it look at
+// the method and the path (without the stage prefix: rawPath carries it on
+// a named stage, but never an API mapping's base path).
+func checkRoute(req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, idem.Code, bool) {
+	routeKey := req.RouteKey
+	if routeKey == "" {
+		routeKey = req.RequestContext.RouteKey
+	}
+	var method, path string
+	switch routeKey {
+	case RouteKey:
+		return events.APIGatewayV2HTTPResponse{}, "", true
+	case "$default", "":
+		method, path = req.RequestContext.HTTP.Method, req.RawPath
+		if path == "" {
+			path = req.RequestContext.HTTP.Path
+		}
+		if stage := req.RequestContext.Stage; stage != "" && stage != "$default" {
+			if rest, ok := strings.CutPrefix(path, "/"+stage); ok && (rest == "" || rest[0] == '/') {
+				path = rest
+			}
+		}
+	default:
+		method, path, _ = strings.Cut(routeKey, " ")
+	}
+	switch {
+	case path == Path && method == Method:
+		return events.APIGatewayV2HTTPResponse{}, "", true
+	case path == Path:
+		resp := problem(405, idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", method, Path, Method), 0)
+		resp.Headers["Allow"] = Method
+		return resp, idem.CodeMethodNotAllowed, false
+	default:
+		return problem(404, idem.CodeNotFound, fmt.Sprintf("no route for %s %s; this API serves %s", method, path, RouteKey), 0), idem.CodeNotFound, false
+	}
+}
+
+// body returns the request body after checking its declared type (415) and
+// its size (413). A body that is not JSON is the engine's 400.
+func (h *Handler) body(req events.APIGatewayV2HTTPRequest) ([]byte, events.APIGatewayV2HTTPResponse, idem.Code, bool) {
+	if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
+		return nil, problem(415, idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; send application/json", ct), 0), idem.CodeUnsupportedMediaType, false
+	}
+	limit := h.o.MaxBodyBytes
+	tooLarge := func(n int) events.APIGatewayV2HTTPResponse {
+		return problem(413, idem.CodeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", n, limit), 0)
+	}
+	if !req.IsBase64Encoded {
+		if len(req.Body) > limit {
+			return nil, tooLarge(len(req.Body)), idem.CodeTooLarge, false
+		}
+		return []byte(req.Body), events.APIGatewayV2HTTPResponse{}, "", true
+	}
+	if n := base64.StdEncoding.DecodedLen(len(req.Body)); n > limit+2 {
+		// Refused before decoding: no allocation for an oversized body.
+		return nil, tooLarge(n), idem.CodeTooLarge, false
+	}
+	body, err := base64.StdEncoding.DecodeString(req.Body)
+	if err != nil {
+		return nil, problem(400, idem.CodeInvalidPayload, "the body is not valid base64", 0), idem.CodeInvalidPayload, false
+	}
+	if len(body) > limit {
+		return nil, tooLarge(len(body)), idem.CodeTooLarge, false
+	}
+	return body, events.APIGatewayV2HTTPResponse{}, "", true
+}
+
+// isJSON accepts application/json and any */*+json, with parameters.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func header(headers map[string]string, name string) string {
+	for k, v := range headers {
+		if strings.EqualFold(k, name) {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 // Scope returns the caller identity that keys are scoped by, so that one
 // client can never read or block another's results: the JWT "sub" claim,
-// else the IAM principal, else a Lambda authorizer's principalId, else
-// "anonymous".
+// else the IAM principal (an assumed role by its role, not its session, so
+// that every replica and session of one caller shares one key space), else
+// a Lambda authorizer's principalId, else "anonymous".
 func Scope(req events.APIGatewayV2HTTPRequest) string {
 	a := req.RequestContext.Authorizer
 	if a == nil {
@@ -73,7 +242,7 @@ func Scope(req events.APIGatewayV2HTTPRequest) string {
 		return "jwt:" + a.JWT.Claims["sub"]
 	}
 	if a.IAM != nil && a.IAM.UserARN != "" {
-		return "iam:" + a.IAM.UserARN
+		return "iam:" + NormalizePrincipal(a.IAM.UserARN)
 	}
 	if a.Lambda != nil {
 		if p, ok := a.Lambda["principalId"].(string); ok && p != "" {
@@ -81,6 +250,23 @@ func Scope(req events.APIGatewayV2HTTPRequest) string {
 		}
 	}
 	return "anonymous"
+}
+
+// NormalizePrincipal turns an assumed-role session ARN
+// (arn:aws:sts::111122223333:assumed-role/Role/session) into the role's
+// (arn:aws:sts::111122223333:assumed-role/Role). Other ARNs are returned as
+// they are.
+func NormalizePrincipal(arn string) string {
+	const marker = ":assumed-role/"
+	i := strings.Index(arn, marker)
+	if i < 0 || !strings.HasPrefix(arn, "arn:") {
+		return arn
+	}
+	rest := arn[i+len(marker):]
+	if j := strings.IndexByte(rest, '/'); j >= 0 {
+		return arn[:i+len(marker)+j]
+	}
+	return arn
 }
 
 // ScopedKey is the key stored, and sent downstream, for a client's key
@@ -94,18 +280,10 @@ func ScopedKey(scope, clientKey string) string {
 // clientKey reads and validates the Idempotency-Key header. The draft
 // makes it a structured-header string, so surrounding quotes are removed.
 func clientKey(headers map[string]string) (string, error) {
-	var v string
-	found := false
-	for k, val := range headers {
-		if strings.EqualFold(k, HeaderKey) {
-			v, found = val, true
-			break
-		}
-	}
-	if !found || strings.TrimSpace(v) == "" {
+	v := header(headers, HeaderKey)
+	if v == "" {
 		return "", fmt.Errorf("the %s header is required", HeaderKey)
 	}
-	v = strings.TrimSpace(v)
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		v = v[1 : len(v)-1]
 	}
@@ -118,83 +296,26 @@ func clientKey(headers map[string]string) (string, error) {
 	return v, nil
 }
 
-// Handle serves one request. The returned label says what happened.
-func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, string) {
-	start := h.o.Now()
-	resp, label, key, attempts := h.handle(ctx, req)
-	h.o.Logger.InfoContext(ctx, "request", "requestId", req.RequestContext.RequestID, "key", key, "outcome", label,
-		"status", resp.StatusCode, "attempts", attempts, "duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
-	return resp, label
-}
-
-func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, string, string, int) {
-	ck, err := clientKey(req.Headers)
-	if err != nil {
-		return problem(400, "INVALID_KEY", err.Error(), 0), emf.Poison, "", 0
-	}
-	key := ScopedKey(Scope(req), ck)
-	body := []byte(req.Body)
-	if req.IsBase64Encoded {
-		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
-			return problem(400, string(idem.CodeInvalidPayload), "the body is not valid base64", 0), emf.Poison, key, 0
-		}
-	}
-	r, err := idem.NewRequest(key, body)
-	if err != nil {
-		return problem(400, string(idem.CodeInvalidPayload), "the body must be a JSON document: "+err.(*idem.Error).Message, 0), emf.Poison, key, 0
-	}
-	// The action gets the scoped key: a downstream de-duplicating on it must
-	// not merge two callers who chose the same Idempotency-Key.
-	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
-	out, _ := h.o.Engine.Do(ctx, r, func(ctx context.Context) ([]byte, error) {
-		res, err := h.o.Action(ctx, ev)
-		if err != nil {
-			return nil, err
-		}
-		return action.Encode(res), nil
-	})
-	if out.Err == nil {
-		res, err := action.Decode(out.Result)
-		if err != nil {
-			return problem(500, "CORRUPT_RECORD", "the stored result cannot be read", 0), emf.StoreError, key, out.Attempts
-		}
-		resp := events.APIGatewayV2HTTPResponse{StatusCode: res.Status, Body: string(res.Body), Headers: map[string]string{"Content-Type": contentType(res)}}
-		label := emf.Executed
-		if out.Replayed {
-			resp.Headers["Idempotent-Replayed"] = "true"
-			label = emf.Replayed
-		}
-		return resp, label, key, out.Attempts
-	}
-	status, label := status(out)
-	resp := problem(status, string(out.Err.Code), out.Err.Message, out.Err.RetryAfter)
-	if out.Replayed {
-		resp.Headers["Idempotent-Replayed"] = "true"
-	}
-	return resp, label, key, out.Attempts
-}
-
 // status is the one table from engine outcomes to HTTP statuses.
-func status(out idem.Outcome) (int, string) {
+func status(out idem.Outcome) int {
 	switch code := out.Err.Code; {
 	case out.Stored:
-		// A stored permanent failure, whatever its code: the same 4xx every
-		// time it is replayed.
-		return 422, emf.Permanent
+		// A stored permanent failure, whatever its code (RETRY_EXHAUSTED
+		// included): the same 4xx every time it is replayed.
+		return 422
 	case code == idem.CodeInProgress:
-		return 409, emf.InProgress
+		return 409
 	case code == idem.CodeKeyReused:
-		return 422, emf.Poison
+		return 422
 	case code == idem.CodeInvalidKey, code == idem.CodeInvalidPayload:
-		return 400, emf.Poison
+		return 400
 	case code == idem.CodeStoreMisconfigured:
-		return 500, emf.StoreError
-	case code == idem.CodeLeaseLost:
-		return 503, emf.LeaseLost
-	case code == idem.CodeStoreUnavailable:
-		return 503, emf.StoreError
-	default: // TRANSIENT_FAILURE, DEADLINE: released, nothing final stored
-		return 503, emf.Transient
+		return 500
+	default:
+		// TRANSIENT_FAILURE, DEADLINE, LEASE_LOST, STORE_UNAVAILABLE: nothing
+		// final is stored and the key is free again (or soon): retry with
+		// the same key after Retry-After.
+		return 503
 	}
 }
 
@@ -215,14 +336,15 @@ type problemDoc struct {
 }
 
 // problem builds an application/problem+json response. The body depends
-// only on its arguments, so a replayed failure is byte-identical.
-func problem(status int, code, detail string, retryAfter time.Duration) events.APIGatewayV2HTTPResponse {
+// only on its arguments, so a replayed failure is byte-identical. 409 and
+// 503 carry Retry-After: retryAfter rounded up, at least one second.
+func problem(status int, code idem.Code, detail string, retryAfter time.Duration) events.APIGatewayV2HTTPResponse {
 	body, _ := json.Marshal(problemDoc{
-		Type:   "urn:oncely:problem:" + strings.ToLower(code),
+		Type:   "urn:oncely:problem:" + strings.ToLower(string(code)),
 		Title:  titles[status],
 		Status: status,
 		Detail: detail,
-		Code:   code,
+		Code:   string(code),
 	})
 	resp := events.APIGatewayV2HTTPResponse{
 		StatusCode: status,
@@ -230,10 +352,7 @@ func problem(status int, code, detail string, retryAfter time.Duration) events.A
 		Body:       string(body),
 	}
 	if status == 409 || status == 503 {
-		secs := int(math.Ceil(retryAfter.Seconds()))
-		if secs < 1 {
-			secs = 1
-		}
+		secs := max(int(math.Ceil(retryAfter.Seconds())), 1)
 		resp.Headers["Retry-After"] = strconv.Itoa(secs)
 	}
 	return resp
@@ -241,7 +360,11 @@ func problem(status int, code, detail string, retryAfter time.Duration) events.A
 
 var titles = map[int]string{
 	400: "Bad Request",
+	404: "Not Found",
+	405: "Method Not Allowed",
 	409: "Conflict: the request with this key is still in flight",
+	413: "Content Too Large",
+	415: "Unsupported Media Type",
 	422: "Unprocessable Content",
 	500: "Internal Server Error",
 	503: "Service Unavailable: retry later with the same key",

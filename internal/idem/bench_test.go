@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/memstore"
+	"github.com/oncely/oncely/internal/testing/memstore"
 )
 
 // The engine's own cost per event, excluding I/O: key validation, the

@@ -16,30 +16,28 @@ import (
 
 // Defaults for [Options].
 const (
-	DefaultRetention    = 24 * time.Hour
-	DefaultLease        = 5 * time.Minute // only when ctx has no deadline and Options.Lease is zero
-	DefaultSafetyMargin = 250 * time.Millisecond
-	maxMessageLen       = 1024
-	maxReserveRounds    = 4
-	writeAttempts       = 3 // tries of a completion write
+	DefaultRetention = 24 * time.Hour
+	DefaultLease     = 5 * time.Minute // only when ctx has no deadline and Options.Lease is zero
+	maxMessageLen    = 1024
+	maxReserveRounds = 4
+	writeAttempts    = 3 // tries of a completion write
 )
 
 // Options configure an [Engine]. Only Store is required; every other field
 // documents its zero value.
 type Options struct {
 	Store Store
-	// Retry bounds in-call retries and the per-key attempt cap.
+	// Retry bounds the attempts per delivery and, optionally, per key.
 	Retry RetryPolicy
+	// Budget divides the invocation's time (the ctx deadline) between the
+	// work, the store writes and the caller's response.
+	Budget Budget
 	// Lease caps how long a reservation is owned. The lease ends at
 	// min(now+Lease, ctx deadline). Zero means up to the ctx deadline, or
 	// DefaultLease when ctx has none.
 	Lease time.Duration
 	// Retention is how long a record is kept (expires_at). Zero means 24h.
 	Retention time.Duration
-	// SafetyMargin is kept back from the end of the lease: the action's ctx
-	// ends that much earlier, and no retry sleep runs into it, so the
-	// completion write has time to land. Zero means 250ms.
-	SafetyMargin time.Duration
 	// UnknownAs is the class given to errors nothing classifies. Zero
 	// (ClassUnknown) means ClassPermanent.
 	UnknownAs Class
@@ -72,9 +70,6 @@ func New(o Options) (*Engine, error) {
 	if o.Retention <= 0 {
 		o.Retention = DefaultRetention
 	}
-	if o.SafetyMargin <= 0 {
-		o.SafetyMargin = DefaultSafetyMargin
-	}
 	if o.UnknownAs == ClassUnknown {
 		o.UnknownAs = ClassPermanent
 	}
@@ -96,8 +91,9 @@ func New(o Options) (*Engine, error) {
 	return &Engine{o: o}, nil
 }
 
-// MaxAttempts returns the per-key attempt cap in force.
-func (e *Engine) MaxAttempts() int { return e.o.Retry.maxAttempts() }
+// Budget returns the time budget in force, for adapters that bound their
+// own calls by it.
+func (e *Engine) Budget() Budget { return e.o.Budget }
 
 // LeaseLost returns how many completions were discarded because their lease
 // had been taken over.
@@ -163,9 +159,11 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		return out
 	}
 	now := e.o.Now()
-	leaseUntil, ok := e.leaseEnd(ctx, now)
-	if !ok {
-		out.Err = &Error{Code: CodeDeadline, Message: "too little time left before the deadline to reserve the key", Retryable: true}
+	deadline, _ := ctx.Deadline()
+	leaseUntil := e.leaseEnd(deadline, now)
+	workEnd := e.o.Budget.WorkDeadline(leaseUntil, deadline)
+	if !e.o.Budget.CanStart(now, workEnd) {
+		out.Err = &Error{Code: CodeDeadline, Message: fmt.Sprintf("too little time left to start: %v until the work deadline", workEnd.Sub(now).Round(time.Millisecond)), Retryable: true}
 		return out
 	}
 	expires := now.Add(e.o.Retention)
@@ -182,10 +180,14 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		LeaseUntil:  leaseUntil,
 		ExpiresAt:   expires,
 	}
+	// Every store call, with the driver's own retries, ends by the store
+	// deadline, so the caller always has time to answer per record.
+	sctx, cancel := e.o.Budget.StoreContext(ctx)
+	defer cancel()
 
 	// Reserve before any work starts: a duplicate arriving from now on must
 	// see IN_PROGRESS, not an empty slot.
-	rec, acquired, err := e.o.Store.Reserve(ctx, res)
+	rec, acquired, err := e.o.Store.Reserve(sctx, res)
 	for round := 0; !acquired; round++ {
 		if err != nil {
 			out.Err = e.storeError("reserve", err)
@@ -198,7 +200,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		}
 		if rec.Key == "" {
 			// The record vanished (retention ended) between two calls.
-			rec, acquired, err = e.o.Store.Reserve(ctx, res)
+			rec, acquired, err = e.o.Store.Reserve(sctx, res)
 			continue
 		}
 		if rec.Fingerprint != req.Fingerprint {
@@ -217,7 +219,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		case rec.Claimable(now):
 			// Compare-and-swap on the previous owner's token: of racing
 			// take-overs exactly one wins, the others see its record.
-			rec, acquired, err = e.o.Store.TakeOver(ctx, rec, res)
+			rec, acquired, err = e.o.Store.TakeOver(sctx, rec, res)
 		default: // IN_PROGRESS with a live lease
 			out.Status = rec.Status
 			out.Err = &Error{Code: CodeInProgress, Message: "another worker holds the key", Retryable: true, RetryAfter: rec.LeaseUntil.Sub(now)}
@@ -228,36 +230,35 @@ func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
 		out.Err = e.storeError("reserve", err)
 		return out
 	}
-	return e.run(ctx, rec, res, fn)
+	return e.run(ctx, sctx, rec, res, workEnd, fn)
 }
 
-// leaseEnd returns min(now+Lease, ctx deadline). ok is false when that
-// leaves no time to work beyond the safety margin. A lease that ends exactly
-// at the deadline is a lease: 0 time left never means "no deadline".
-func (e *Engine) leaseEnd(ctx context.Context, now time.Time) (time.Time, bool) {
+// leaseEnd returns min(now+Lease, deadline); a zero deadline means none. A
+// lease that ends exactly at the deadline is a lease: 0 time left never
+// means "no deadline".
+func (e *Engine) leaseEnd(deadline, now time.Time) time.Time {
 	end := now.Add(e.o.Lease)
-	deadline, has := ctx.Deadline()
 	switch {
-	case has && (e.o.Lease <= 0 || deadline.Before(end)):
+	case !deadline.IsZero() && (e.o.Lease <= 0 || deadline.Before(end)):
 		end = deadline
-	case !has && e.o.Lease <= 0:
+	case deadline.IsZero() && e.o.Lease <= 0:
 		end = now.Add(DefaultLease)
 	}
-	return end, end.Sub(now) > e.o.SafetyMargin
+	return end
 }
 
-// run executes fn as the owner of rec and records the outcome.
-func (e *Engine) run(ctx context.Context, rec Record, res Reservation, fn Action) Outcome {
+// run executes fn as the owner of rec and records the outcome. ctx is the
+// caller's; sctx bounds the store calls; the action's own ctx ends at
+// workEnd.
+func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, workEnd time.Time, fn Action) Outcome {
 	out := Outcome{Key: rec.Key, Attempts: rec.Attempts}
 	p := e.o.Retry
-	maxAttempts := p.maxAttempts()
-	if rec.Attempts > maxAttempts {
+	if p.AttemptsPerKey > 0 && rec.Attempts > p.AttemptsPerKey {
 		// A crashed owner used the last attempt: record the verdict without
 		// running again. The take-over counted an attempt that never ran.
 		out.Attempts = rec.Attempts - 1
-		return e.fail(ctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used", out.Attempts)}, false)
+		return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used", out.Attempts)}, false)
 	}
-	workEnd := res.LeaseUntil.Add(-e.o.SafetyMargin)
 	runCtx, cancel := context.WithDeadline(ctx, workEnd)
 	defer cancel()
 	var slept time.Duration
@@ -265,7 +266,7 @@ func (e *Engine) run(ctx context.Context, rec Record, res Reservation, fn Action
 		out.Calls++
 		result, err := e.call(runCtx, rec.Key, fn)
 		if err == nil {
-			return e.complete(ctx, out, res, result)
+			return e.complete(sctx, out, res, result)
 		}
 		class := Classify(err)
 		if class == ClassUnknown {
@@ -276,27 +277,43 @@ func (e *Engine) run(ctx context.Context, rec Record, res Reservation, fn Action
 		case ClassTransient:
 		case ClassOutcomeUnknown:
 			// The side effect may have happened: do not run it again.
-			return e.fail(ctx, out, res, &Error{Code: codeOf(err, "OUTCOME_UNKNOWN"), Message: err.Error(), Err: err}, false)
+			return e.fail(sctx, out, res, &Error{Code: codeOf(err, CodeOutcomeUnknown), Message: err.Error(), Err: err}, false)
 		default:
-			return e.fail(ctx, out, res, &Error{Code: codeOf(err, CodePermanentFailure), Message: err.Error(), Err: err}, false)
+			return e.fail(sctx, out, res, &Error{Code: codeOf(err, CodePermanentFailure), Message: err.Error(), Err: err}, false)
 		}
-		if out.Attempts >= maxAttempts {
-			return e.fail(ctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
+		if p.keyCapReached(out.Attempts) {
+			return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
+		}
+		if out.Calls >= p.attemptsPerDelivery() {
+			// This delivery's attempts are used: release the key, and let
+			// the queue bring the event back (its redrive policy decides
+			// when to give up).
+			return e.release(sctx, out, res, err, 0)
 		}
 		delay, ok := p.Delay(out.Calls, retryAfterOf(err), e.o.Random())
-		now := e.o.Now()
-		if !ok || now.Add(delay).After(workEnd) || (p.Budget > 0 && slept+delay > p.Budget) {
-			// Out of time or told to come back later: release the key so a
-			// redelivery can take it over.
-			return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), Retryable: true, RetryAfter: delay, Err: err}, true)
+		if !ok {
+			// The downstream asked for a pause longer than we sleep in-call:
+			// hand its Retry-After to the caller, who honours it.
+			return e.release(sctx, out, res, err, delay)
+		}
+		if e.o.Now().Add(delay).After(workEnd) || (p.MaxSleep > 0 && slept+delay > p.MaxSleep) {
+			return e.release(sctx, out, res, err, 0)
 		}
 		if serr := e.o.Sleep(runCtx, delay); serr != nil {
-			return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), Retryable: true, Err: err}, true)
+			return e.release(sctx, out, res, err, 0)
 		}
 		slept += delay
 		out.Delays = append(out.Delays, delay)
 		out.Attempts++
 	}
+}
+
+// release records a transient failure as retryable FAILED, keeping the
+// attempt count and the last error, so a later delivery takes the key over.
+// retryAfter, when positive, is a pause the downstream asked for that was
+// not honoured in-call; the outcome carries it for the caller.
+func (e *Engine) release(ctx context.Context, out Outcome, res Reservation, err error, retryAfter time.Duration) Outcome {
+	return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), RetryAfter: retryAfter, Err: err}, true)
 }
 
 // call runs fn, turning a panic into a permanent PANIC error.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/idemtest"
-	"github.com/oncely/oncely/internal/idem/memstore"
+	"github.com/oncely/oncely/internal/testing/memstore"
+	"github.com/oncely/oncely/internal/testing/storetest"
 )
 
 // fakeClock is the engine's injected time: Sleep advances it and records
@@ -59,8 +60,9 @@ type fixture struct {
 	logs   *strings.Builder
 }
 
-// seedPolicy is the seed's: 3 attempts, 10ms base, no jitter.
-var seedPolicy = idem.RetryPolicy{MaxAttempts: 3, Base: 10 * time.Millisecond, Max: time.Second}
+// seedPolicy is the seed's: 3 attempts per delivery, 10ms base, no jitter,
+// and no per-key cap (the product's default).
+var seedPolicy = idem.RetryPolicy{AttemptsPerDelivery: 3, Base: 10 * time.Millisecond, Max: time.Second}
 
 func newFixture(t *testing.T, mod ...func(*idem.Options)) *fixture {
 	t.Helper()
@@ -238,8 +240,11 @@ func TestSeed5PermanentErrorRunsOnce(t *testing.T) {
 	}
 }
 
+// The seed's scenario 6 needs a per-key cap: with the cap set to 3, three
+// transient errors store RETRY_EXHAUSTED. Without a cap (the default), see
+// TestTransientAfterInCallAttemptsIsReleasedOnEveryDelivery.
 func TestSeed6ThreeTransientErrorsExhaust(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, func(o *idem.Options) { o.Retry.AttemptsPerKey = 3 })
 	act := &counter{script: []error{idem.Transient(errBoom), idem.Transient(errBoom), idem.Transient(errBoom)}}
 	key := "evt:release-43:notify"
 	out, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
@@ -385,7 +390,7 @@ func TestRetentionExpiryCountsAsAbsent(t *testing.T) {
 }
 
 func TestFalsyResultsReplayWithoutRerunning(t *testing.T) {
-	for name, result := range idemtest.Shapes {
+	for name, result := range storetest.Shapes {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			f := newFixture(t)
 			act := &counter{result: result}
@@ -407,8 +412,8 @@ func TestFalsyResultsReplayWithoutRerunning(t *testing.T) {
 func TestDeadlineCutsBackoffShort(t *testing.T) {
 	f := newFixture(t, func(o *idem.Options) {
 		o.Lease = 0 // up to the ctx deadline
-		o.Retry = idem.RetryPolicy{MaxAttempts: 10, Base: 10 * time.Minute, Max: time.Hour}
-		o.SafetyMargin = time.Minute
+		o.Retry = idem.RetryPolicy{AttemptsPerDelivery: 10, Base: 10 * time.Minute, Max: time.Hour}
+		o.Budget = idem.Budget{StoreReserve: 30 * time.Second, RespondReserve: 30 * time.Second}
 	})
 	start := f.clock.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(25*time.Minute))
@@ -441,7 +446,8 @@ func TestDeadlineCutsBackoffShort(t *testing.T) {
 
 func TestNoReservationWithoutTimeLeft(t *testing.T) {
 	f := newFixture(t, func(o *idem.Options) { o.Lease = 0 })
-	for _, left := range []time.Duration{0, time.Millisecond, idem.DefaultSafetyMargin} {
+	reserve := idem.DefaultStoreReserve + idem.DefaultRespondReserve
+	for _, left := range []time.Duration{0, time.Millisecond, reserve, reserve + idem.DefaultMinWork - time.Millisecond} {
 		ctx, cancel := context.WithDeadline(context.Background(), f.clock.Now().Add(left))
 		act := &counter{}
 		_, err := f.engine.Do(ctx, req(t, "evt:late-1:notify", `{}`), act.run)
@@ -517,9 +523,9 @@ func TestRetryAfterHonouredAndCapped(t *testing.T) {
 	})
 }
 
-func TestBudgetCapsTotalSleep(t *testing.T) {
+func TestMaxSleepCapsTotalSleep(t *testing.T) {
 	f := newFixture(t, func(o *idem.Options) {
-		o.Retry = idem.RetryPolicy{MaxAttempts: 10, Base: 10 * time.Millisecond, Max: time.Second, Budget: 35 * time.Millisecond}
+		o.Retry = idem.RetryPolicy{AttemptsPerDelivery: 10, Base: 10 * time.Millisecond, Max: time.Second, MaxSleep: 35 * time.Millisecond}
 	})
 	act := &counter{script: []error{idem.Transient(errBoom), idem.Transient(errBoom), idem.Transient(errBoom), idem.Transient(errBoom)}}
 	out, err := f.engine.Do(context.Background(), req(t, "evt:budget-1:notify", `{}`), act.run)
@@ -560,7 +566,7 @@ func TestUnknownErrorIsPermanentAndLogged(t *testing.T) {
 
 func TestCustomPermanentCodeStoredAndReplayed(t *testing.T) {
 	f := newFixture(t)
-	act := &counter{script: []error{idem.HTTPClassifier{}.Error(404, "", time.Time{})}}
+	act := &counter{script: []error{idem.PermanentCode("HTTP_404", errors.New("downstream said 404"))}}
 	key := "evt:code-1:notify"
 	if _, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run); errCode(err) != "HTTP_404" {
 		t.Fatalf("got %v; want HTTP_404", err)
@@ -571,7 +577,7 @@ func TestCustomPermanentCodeStoredAndReplayed(t *testing.T) {
 }
 
 func TestCrashedLastAttemptIsExhaustedWithoutRunning(t *testing.T) {
-	f := newFixture(t, func(o *idem.Options) { o.Retry.MaxAttempts = 1 })
+	f := newFixture(t, func(o *idem.Options) { o.Retry.AttemptsPerKey = 1 })
 	key := "evt:crash-2:notify"
 	r := req(t, key, `{}`)
 	crashed := make(chan struct{})
@@ -585,6 +591,148 @@ func TestCrashedLastAttemptIsExhaustedWithoutRunning(t *testing.T) {
 	if !errors.Is(err, idem.ErrRetryExhausted) || act.calls.Load() != 0 || !out.Stored || out.Attempts != 1 {
 		t.Fatalf("got %v calls %d stored %v attempts %d; want stored RETRY_EXHAUSTED, nothing run, 1 attempt", err, act.calls.Load(), out.Stored, out.Attempts)
 	}
+}
+
+// --- Two budgets: attempts per delivery, and an optional cap per key ---
+
+// With no per-key cap (the default), a transient failure after the in-call
+// attempts always releases the key, on every delivery: the queue decides
+// when to give up. Once the downstream heals, the next delivery runs once.
+func TestTransientAfterInCallAttemptsIsReleasedOnEveryDelivery(t *testing.T) {
+	f := newFixture(t)
+	key := "evt:outage-1:notify"
+	failing := &counter{script: slices.Repeat([]error{idem.Transient(errBoom)}, 150)}
+	for delivery := 1; delivery <= 50; delivery++ {
+		out, err := f.engine.Do(context.Background(), req(t, key, `{}`), failing.run)
+		var e *idem.Error
+		if !errors.As(err, &e) || e.Code != idem.CodeTransientFailure || !e.Retryable || out.Stored || out.Label() != idem.LabelTransient {
+			t.Fatalf("delivery %d: %v stored %v label %s; want a released TRANSIENT_FAILURE, not stored", delivery, err, out.Stored, out.Label())
+		}
+		if e.RetryAfter != 0 {
+			t.Errorf("delivery %d: RetryAfter %v; want 0 (no pause was asked for: the caller backs off)", delivery, e.RetryAfter)
+		}
+		if delivery == 6 || delivery == 10 || delivery == 50 {
+			rec := get(t, f, key)
+			if rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != 3*delivery || !strings.Contains(rec.ErrorMessage, "boom") {
+				t.Errorf("after delivery %d: %s retryable %v attempts %d message %q; want FAILED, retryable, %d attempts, the last error",
+					delivery, rec.Status, rec.Retryable, rec.Attempts, rec.ErrorMessage, 3*delivery)
+			}
+		}
+	}
+	if n := failing.calls.Load(); n != 150 {
+		t.Errorf("executions %d; want 150 (3 per delivery)", n)
+	}
+	healed := &counter{}
+	out, err := f.engine.Do(context.Background(), req(t, key, `{}`), healed.run)
+	if err != nil || !out.Stored || healed.calls.Load() != 1 || out.Attempts != 151 {
+		t.Fatalf("after healing: %+v %v calls %d; want one stored execution at attempt 151", out, err, healed.calls.Load())
+	}
+	if again, err := f.engine.Do(context.Background(), req(t, key, `{}`), healed.run); err != nil || !again.Replayed || healed.calls.Load() != 1 {
+		t.Errorf("next delivery: %+v %v; want a replay", again, err)
+	}
+}
+
+func TestPerKeyCapCountsAcrossDeliveries(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Retry.AttemptsPerDelivery, o.Retry.AttemptsPerKey = 2, 5 })
+	key := "evt:capped-1:notify"
+	act := &counter{script: slices.Repeat([]error{idem.Transient(errBoom)}, 10)}
+	for delivery, want := range []idem.Code{idem.CodeTransientFailure, idem.CodeTransientFailure, idem.CodeRetryExhausted} {
+		out, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
+		if errCode(err) != want {
+			t.Fatalf("delivery %d: %v; want %s", delivery+1, err, want)
+		}
+		if want == idem.CodeRetryExhausted && (!out.Stored || out.Label() != idem.LabelRetryExhausted) {
+			t.Errorf("exhausted outcome stored %v label %s; want stored, retry_exhausted", out.Stored, out.Label())
+		}
+	}
+	if n := act.calls.Load(); n != 5 {
+		t.Errorf("executions %d; want 5 (2, 2, then the fifth exhausts the cap)", n)
+	}
+}
+
+// A Retry-After the engine does not sleep in-call is handed to the caller
+// (SQS: the message's visibility; API: the Retry-After header).
+func TestLongRetryAfterIsHandedToTheCaller(t *testing.T) {
+	f := newFixture(t)
+	act := &counter{script: []error{idem.TransientAfter(errBoom, 120*time.Second)}}
+	out, err := f.engine.Do(context.Background(), req(t, "evt:ra-3:notify", `{}`), act.run)
+	var e *idem.Error
+	if !errors.As(err, &e) || e.RetryAfter != 120*time.Second || out.Stored || len(out.Delays) != 0 {
+		t.Fatalf("got %v delays %v; want a released failure carrying RetryAfter 120s, nothing slept", err, out.Delays)
+	}
+}
+
+// Every store call, and the action, run within the invocation's budget:
+// store calls (with the SDK's retries) end by the deadline minus the
+// respond reserve, the action by the store deadline minus the store reserve.
+func TestStoreCallsAndActionEndWithinTheBudget(t *testing.T) {
+	rs := &recordingStore{Store: memstore.New()}
+	budget := idem.Budget{StoreReserve: 400 * time.Millisecond, RespondReserve: 300 * time.Millisecond}
+	f := newFixture(t, func(o *idem.Options) { o.Store, o.Lease, o.Budget = rs, 0, budget })
+	deadline := f.clock.Now().Add(3 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var actionDeadline time.Time
+	act := func(ctx context.Context) ([]byte, error) {
+		actionDeadline, _ = ctx.Deadline()
+		return []byte(`1`), nil
+	}
+	if _, err := f.engine.Do(ctx, req(t, "evt:budget-2:notify", `{}`), act); err != nil {
+		t.Fatal(err)
+	}
+	wantStore := deadline.Add(-300 * time.Millisecond)
+	if got := rs.deadlines(); len(got) != 2 || !got[0].Equal(wantStore) || !got[1].Equal(wantStore) {
+		t.Errorf("store call deadlines %v; want 2 calls, each by %v", got, wantStore)
+	}
+	if want := wantStore.Add(-400 * time.Millisecond); !actionDeadline.Equal(want) {
+		t.Errorf("action deadline %v; want %v", actionDeadline, want)
+	}
+}
+
+// A record starts whenever a useful attempt fits, however long the
+// action's own timeout would be.
+func TestRecordStartsWhenAUsefulAttemptFits(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Lease = 0 })
+	ctx, cancel := context.WithDeadline(context.Background(), f.clock.Now().Add(idem.Budget{}.Reserve()+idem.DefaultMinWork))
+	defer cancel()
+	act := &counter{}
+	if _, err := f.engine.Do(ctx, req(t, "evt:fits-1:notify", `{}`), act.run); err != nil || act.calls.Load() != 1 {
+		t.Fatalf("got %v calls %d; want the record run", err, act.calls.Load())
+	}
+}
+
+type recordingStore struct {
+	idem.Store
+	mu  sync.Mutex
+	got []time.Time
+}
+
+func (s *recordingStore) note(ctx context.Context) {
+	d, _ := ctx.Deadline()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, d)
+}
+
+func (s *recordingStore) deadlines() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+func (s *recordingStore) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	s.note(ctx)
+	return s.Store.Reserve(ctx, r)
+}
+
+func (s *recordingStore) Complete(ctx context.Context, f idem.Finish) error {
+	s.note(ctx)
+	return s.Store.Complete(ctx, f)
+}
+
+func (s *recordingStore) Fail(ctx context.Context, f idem.Finish) error {
+	s.note(ctx)
+	return s.Store.Fail(ctx, f)
 }
 
 func get(t *testing.T, f *fixture, key string) idem.Record {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"github.com/oncely/oncely/internal/canonjson"
 )
@@ -24,6 +25,39 @@ func ValidateKey(key string) error {
 		}
 	}
 	return nil
+}
+
+// KeySeparator joins the parts of a key built by [JoinKey].
+const KeySeparator = ':'
+
+// JoinKey builds a key from its parts, evt:<event-id>:<action> for the
+// default expression, and is the rule that keeps such keys unambiguous:
+//   - every part must be non-empty (KEY_MISSING), or events missing a field
+//     would share one key;
+//   - only the second part, the event id, may contain the separator: ids
+//     like urn:uuid:… keep their keys. Any other part containing it is
+//     refused, the last (the action) with INVALID_ACTION, so that
+//     ("a:x", "notify") and ("a", "x:notify") can never share a key.
+//
+// The parts are joined as they are, not encoded, so keys stay readable and
+// stable across versions. The result is not yet validated with ValidateKey.
+func JoinKey(parts ...string) (string, error) {
+	if len(parts) == 0 {
+		return "", &Error{Code: CodeKeyMissing, Message: "the key has no parts"}
+	}
+	for i, p := range parts {
+		if p == "" {
+			return "", &Error{Code: CodeKeyMissing, Message: fmt.Sprintf("key part #%d is empty", i+1)}
+		}
+		if i == 1 || strings.IndexByte(p, KeySeparator) < 0 {
+			continue
+		}
+		if i == len(parts)-1 && len(parts) > 2 {
+			return "", &Error{Code: CodeInvalidAction, Message: fmt.Sprintf("key part #%d (the action) contains %q; only the event id may", i+1, KeySeparator)}
+		}
+		return "", &Error{Code: CodeInvalidKey, Message: fmt.Sprintf("key part #%d contains %q; only the event id (part #2) may", i+1, KeySeparator)}
+	}
+	return strings.Join(parts, string(KeySeparator)), nil
 }
 
 // Fingerprint returns the hex SHA-256 of payload's canonical JSON (see

@@ -1,65 +1,67 @@
 package idem
 
-import (
-	"net/http"
-	"strconv"
-	"strings"
-	"time"
+import "time"
+
+// Defaults for [RetryPolicy].
+const (
+	DefaultAttemptsPerDelivery = 3
+	DefaultBackoffBase         = 100 * time.Millisecond
+	DefaultBackoffMax          = 2 * time.Second
+	// DefaultJitter is the jitter production configurations use. The zero
+	// RetryPolicy has none, so that tests assert exact delays.
+	DefaultJitter = 0.2
 )
 
-// RetryPolicy bounds the retries of transient action failures. It is plain
-// data; every field documents its zero value.
+// RetryPolicy bounds the retries of transient action failures. It holds two
+// separate budgets: attempts within one delivery (one call of [Engine.Do]),
+// and an optional cap on attempts for one key across deliveries. It is
+// plain data; every field documents its zero value.
 type RetryPolicy struct {
-	// MaxAttempts caps the executions of the action for one key, counted
+	// AttemptsPerDelivery caps the executions of the action within one call
+	// of Do. When a transient failure uses the last one, the key is released
+	// (FAILED, retryable) and the caller sends the event back to its queue.
+	// Zero means DefaultAttemptsPerDelivery.
+	AttemptsPerDelivery int
+	// AttemptsPerKey caps the executions of the action for one key, counted
 	// across in-call retries, redeliveries and take-overs. Reaching it on a
-	// transient error gives RETRY_EXHAUSTED, which is permanent and stored.
-	// Zero means 3.
-	MaxAttempts int
+	// transient error stores RETRY_EXHAUSTED, which is permanent: the
+	// message is acknowledged and never reaches a dead-letter queue. Zero
+	// means no cap: a transient failure is always released, and the queue's
+	// redrive policy decides when to give up.
+	AttemptsPerKey int
 	// Base is the first backoff delay; attempt n waits Base·2^(n-1).
-	// Zero means 100ms.
+	// Zero means DefaultBackoffBase.
 	Base time.Duration
-	// Max caps the exponential delay (before jitter). Zero means 2s.
+	// Max caps the exponential delay (before jitter). Zero means DefaultBackoffMax.
 	Max time.Duration
 	// Jitter adds a random fraction of the delay, in [0, Jitter). Zero means
 	// no jitter; production configurations use 0.2 to 1.
 	Jitter float64
 	// MaxRetryAfter caps a downstream's Retry-After that the engine will
 	// honour by sleeping in-call. A longer Retry-After ends the in-call
-	// retries: the record is released and the event is retried on
-	// redelivery. Zero means Max.
+	// retries: the key is released with that Retry-After, for the adapter
+	// to honour (SQS: the message's visibility). Zero means Max.
 	MaxRetryAfter time.Duration
-	// Budget caps the total time slept in one call. Zero means no cap other
-	// than the deadline: no sleep ever ends past the lease or the ctx
-	// deadline minus the engine's safety margin.
-	Budget time.Duration
+	// MaxSleep caps the total time slept in one call. Zero means no cap
+	// other than the [Budget]: no sleep ever ends past the work deadline.
+	MaxSleep time.Duration
 }
 
-func (p RetryPolicy) maxAttempts() int {
-	if p.MaxAttempts <= 0 {
-		return 3
+func (p RetryPolicy) attemptsPerDelivery() int {
+	if p.AttemptsPerDelivery <= 0 {
+		return DefaultAttemptsPerDelivery
 	}
-	return p.MaxAttempts
+	return p.AttemptsPerDelivery
 }
 
-func (p RetryPolicy) base() time.Duration {
-	if p.Base <= 0 {
-		return 100 * time.Millisecond
-	}
-	return p.Base
-}
+func (p RetryPolicy) base() time.Duration { return orDefault(p.Base, DefaultBackoffBase) }
+func (p RetryPolicy) max() time.Duration  { return orDefault(p.Max, DefaultBackoffMax) }
 
-func (p RetryPolicy) max() time.Duration {
-	if p.Max <= 0 {
-		return 2 * time.Second
-	}
-	return p.Max
-}
+func (p RetryPolicy) maxRetryAfter() time.Duration { return orDefault(p.MaxRetryAfter, p.max()) }
 
-func (p RetryPolicy) maxRetryAfter() time.Duration {
-	if p.MaxRetryAfter <= 0 {
-		return p.max()
-	}
-	return p.MaxRetryAfter
+// keyCapReached reports whether attempts executions use up the per-key cap.
+func (p RetryPolicy) keyCapReached(attempts int) bool {
+	return p.AttemptsPerKey > 0 && attempts >= p.AttemptsPerKey
 }
 
 // Delay returns how long to wait after the attempt-th failed attempt
@@ -87,24 +89,4 @@ func (p RetryPolicy) Delay(attempt int, retryAfter time.Duration, random float64
 		d += time.Duration(float64(d) * p.Jitter * random)
 	}
 	return max(d, retryAfter), true
-}
-
-// ParseRetryAfter parses a Retry-After header value: delta-seconds or an
-// HTTP date (relative to now). It returns 0 for an empty or malformed value,
-// or a date in the past.
-func ParseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }

@@ -42,26 +42,3 @@ func TestRetryPolicyDelay(t *testing.T) {
 		})
 	}
 }
-
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	tests := []struct {
-		in   string
-		want time.Duration
-	}{
-		{"", 0},
-		{"3", 3 * time.Second},
-		{" 120 ", 2 * time.Minute},
-		{"0", 0},
-		{"-5", 0},
-		{"soon", 0},
-		{"999999999", 24 * time.Hour},
-		{"Mon, 30 Nov 2026 12:00:30 GMT", 30 * time.Second},
-		{"Mon, 30 Nov 2026 11:00:00 GMT", 0},
-	}
-	for _, tt := range tests {
-		if got := idem.ParseRetryAfter(tt.in, now); got != tt.want {
-			t.Errorf("ParseRetryAfter(%q) = %v; want %v", tt.in, got, tt.want)
-		}
-	}
-}

@@ -76,42 +76,67 @@ type Finish struct {
 	Retryable    bool
 }
 
-// Store keeps records and makes the reservation atomic. Implementations must
-// be safe for concurrent use by many goroutines and processes (where their
-// backend allows). They classify their errors (transient, permanent,
-// outcome unknown: see [ClassifiedError]) and never retry on their own.
+// Store keeps records and makes the reservation atomic. This comment is the
+// contract, and the conformance suite (internal/testing/storetest) checks
+// each sentence of it against every driver.
 //
-// Every method that writes is a single conditional operation: a store
-// never overwrites a record it was not entitled to overwrite.
+// Implementations must be safe for concurrent use by many goroutines and
+// processes (where their backend allows). Every method that writes is a
+// single conditional operation: a store never overwrites a record it was not
+// entitled to overwrite. Times are compared at whole seconds for expiry and
+// milliseconds for leases.
+//
+// Errors. A store never retries on its own (a driver's SDK may) and
+// classifies every error it returns with [ClassifiedError], so that
+// [Classify] gives:
+//   - ClassTransient for throttling, server errors and a request that was
+//     never sent (the engine may retry, and a read always may);
+//   - ClassOutcomeUnknown for a write that was sent and got no reply: it may
+//     have taken effect;
+//   - ClassPermanent for what a retry will not fix (a missing table, a
+//     denied permission, a malformed record), with a message naming it.
+//
+// Ownership. A write that carries the owner's own token and finds the
+// owner's IN_PROGRESS record (a re-send of a write whose reply was lost)
+// reports ownership: Reserve and TakeOver return the record with acquired
+// true, and write nothing new.
 type Store interface {
 	// Reserve creates the record for r.Key as IN_PROGRESS with r.Token,
-	// Attempts 1, r.LeaseUntil and r.ExpiresAt, if no record exists or the
-	// existing one has expired at r.Now.
+	// Attempts 1, r.LeaseUntil and r.ExpiresAt, CreatedAt and UpdatedAt
+	// r.Now, if no record exists or the existing one has expired at r.Now.
 	//
-	// If a live record exists, Reserve writes nothing and returns that
-	// record with acquired false and a nil error.
+	// If a live record exists, Reserve writes nothing and returns it: with
+	// acquired true if it is IN_PROGRESS under r.Token (see Ownership),
+	// with acquired false otherwise. It never compares fingerprints; the
+	// engine does.
 	Reserve(ctx context.Context, r Reservation) (rec Record, acquired bool, err error)
 
 	// TakeOver replaces prev, a record the engine found Claimable, with an
-	// IN_PROGRESS record owned by r.Token, with Attempts prev.Attempts+1. It
-	// is a compare-and-swap: it succeeds only if the stored record still has
-	// prev's token and status, and r.Fingerprint. Of many racing take-overs
-	// of one record, exactly one succeeds.
+	// IN_PROGRESS record owned by r.Token, with Attempts prev.Attempts+1,
+	// prev.CreatedAt, and no result or failure fields. It is a
+	// compare-and-swap: it succeeds only if the stored record still has
+	// prev's token, status and attempts, r.Fingerprint, and is still
+	// claimable and unexpired at r.Now. Of many racing take-overs of one
+	// record, exactly one succeeds.
 	//
 	// If the swap fails, TakeOver writes nothing and returns the record it
-	// found (zero Record with acquired false if it found none).
+	// found (zero Record with acquired false if it found none or an expired
+	// one), or acquired true if that record is IN_PROGRESS under r.Token.
 	TakeOver(ctx context.Context, prev Record, r Reservation) (rec Record, acquired bool, err error)
 
-	// Complete marks f.Key SUCCEEDED with f.Result if the stored token is
-	// f.Token; otherwise it writes nothing and returns an error matching
+	// Complete marks f.Key SUCCEEDED with f.Result, f.Attempts, f.ExpiresAt
+	// and UpdatedAt f.Now if the stored token is f.Token; otherwise (another
+	// token, or no record) it writes nothing and returns an error matching
 	// ErrLeaseLost. Completing twice with the same token is allowed and
-	// writes the same state. A result the store cannot hold gives a
-	// permanent error with code RESULT_TOO_LARGE naming the size and limit.
+	// writes the same state. The result comes back byte for byte, falsy and
+	// empty ones included. A result the store cannot hold gives a permanent
+	// error with code RESULT_TOO_LARGE naming the size and the limit.
 	Complete(ctx context.Context, f Finish) error
 
-	// Fail marks f.Key FAILED with f's error fields if the stored token is
-	// f.Token; otherwise it writes nothing and returns ErrLeaseLost. A
-	// retryable failure releases the key for a take-over.
+	// Fail marks f.Key FAILED with f's error fields, f.Attempts and
+	// f.ExpiresAt if the stored token is f.Token; otherwise it writes
+	// nothing and returns ErrLeaseLost. A retryable failure releases the
+	// key for a take-over.
 	Fail(ctx context.Context, f Finish) error
 
 	// Get returns the record for key, with found false if there is none or
@@ -121,18 +146,32 @@ type Store interface {
 
 // Poison is a note about a message that could not be processed as an event
 // (not JSON, no key, an invalid key, a key reused with another payload).
-// It holds the reason and a digest of the body, never the body.
+// It holds the reason, a short description and a digest of the body, never
+// the body or any part of it.
 type Poison struct {
 	ID         string // the message id
 	Reason     Code
-	Detail     string
+	Detail     string // short, bounded by MaxPoisonDetail; types and paths, never values
 	BodySHA256 string
+	BodySize   int
 	At         time.Time
 	ExpiresAt  time.Time
 }
 
+// MaxPoisonDetail bounds a poison note's description, so a note always fits
+// in a record whatever the message held.
+const MaxPoisonDetail = 256
+
 // PoisonRecorder stores poison notes. A message may be acknowledged only
-// after its note is stored.
+// after its note is stored. Recording the same note twice is harmless.
 type PoisonRecorder interface {
 	RecordPoison(ctx context.Context, p Poison) error
+}
+
+// PoisonStore is a PoisonRecorder that can read its notes back (for
+// operators, and for the conformance suite). GetPoison returns found false
+// for an unknown id or an expired note.
+type PoisonStore interface {
+	PoisonRecorder
+	GetPoison(ctx context.Context, id string, now time.Time) (p Poison, found bool, err error)
 }

@@ -5,6 +5,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,9 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 )
 
+// DefaultTimeout bounds each request when Notifier.Timeout is zero.
+const DefaultTimeout = 5 * time.Second
+
 // maxSummary bounds the part of the downstream's reply kept in the record.
 const maxSummary = 256
 
@@ -27,10 +31,11 @@ type Notifier struct {
 	// Client is reused across calls (connection reuse). Nil means a client
 	// with default transport settings.
 	Client *http.Client
-	// Timeout bounds each request. Zero means 5s.
+	// Timeout bounds each request; the time the invocation leaves for work
+	// bounds it too. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// Classifier decides which statuses are transient.
-	Classifier idem.HTTPClassifier
+	Classifier Classifier
 	// Now is the clock for Retry-After dates. Nil means time.Now.
 	Now func() time.Time
 }
@@ -38,7 +43,7 @@ type Notifier struct {
 // New returns a Notifier for url, with its own HTTP client. The client keeps
 // enough idle connections for every record of a batch: Go's default of two
 // per host would close and re-dial most of them after each batch.
-func New(url string, timeout time.Duration, classifier idem.HTTPClassifier) *Notifier {
+func New(url string, timeout time.Duration, classifier Classifier) *Notifier {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 100, 100
 	return &Notifier{URL: url, Timeout: timeout, Classifier: classifier, Client: &http.Client{
@@ -47,6 +52,18 @@ func New(url string, timeout time.Duration, classifier idem.HTTPClassifier) *Not
 		// body-less GET on 301/302/303. The 3xx is classified instead.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
+}
+
+// Fits reports whether one request fits in work, the time an invocation
+// leaves for work. If not, requests are cut to the time left (the action's
+// context ends first), which a NOTIFY_TIMEOUT longer than the function's
+// timeout makes the rule: the error says so, naming both values.
+func (n *Notifier) Fits(work time.Duration) error {
+	timeout := cmp.Or(n.Timeout, DefaultTimeout)
+	if timeout <= work {
+		return nil
+	}
+	return fmt.Errorf("NOTIFY_TIMEOUT (%v) is longer than an invocation leaves for work (%v): every request is cut to the time left; raise the function's timeout or lower NOTIFY_TIMEOUT", timeout, max(work, 0))
 }
 
 // summary is the small record kept for a delivered notification.
@@ -64,10 +81,7 @@ type summary struct {
 //	other 4xx                    → permanent
 //	500 and other statuses       → permanent unless configured transient
 func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, error) {
-	timeout := n.Timeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
+	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))

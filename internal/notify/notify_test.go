@@ -11,40 +11,40 @@ import (
 	"time"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/downstream"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
 var ev = action.Event{Key: "evt:release-42:notify", Body: json.RawMessage(`{"id":"release-42","action":"notify"}`), Source: "sqs", ID: "m1"}
 
 func TestRepliesAreClassified(t *testing.T) {
 	tests := []struct {
-		reply downstream.Reply
+		reply fakewebhook.Reply
 		class idem.Class
 		after time.Duration
 	}{
-		{downstream.Reply{Status: 429, RetryAfter: "7"}, idem.ClassTransient, 7 * time.Second},
-		{downstream.Reply{Status: 502}, idem.ClassTransient, 0},
-		{downstream.Reply{Status: 503}, idem.ClassTransient, 0},
-		{downstream.Reply{Status: 504}, idem.ClassTransient, 0},
-		{downstream.Reply{Status: 400}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 401}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 403}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 404}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 409}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 422}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 418}, idem.ClassPermanent, 0},
-		{downstream.Reply{Status: 500}, idem.ClassPermanent, 0},
-		{downstream.Reply{Delay: time.Second}, idem.ClassTransient, 0}, // the per-request timeout
+		{fakewebhook.Reply{Status: 429, RetryAfter: "7"}, idem.ClassTransient, 7 * time.Second},
+		{fakewebhook.Reply{Status: 502}, idem.ClassTransient, 0},
+		{fakewebhook.Reply{Status: 503}, idem.ClassTransient, 0},
+		{fakewebhook.Reply{Status: 504}, idem.ClassTransient, 0},
+		{fakewebhook.Reply{Status: 400}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 401}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 403}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 404}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 409}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 422}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 418}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Status: 500}, idem.ClassPermanent, 0},
+		{fakewebhook.Reply{Delay: time.Second}, idem.ClassTransient, 0}, // the per-request timeout
 	}
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.reply.Status), func(t *testing.T) {
-			down := downstream.New()
+			down := fakewebhook.New()
 			srv := httptest.NewServer(down)
 			defer srv.Close()
 			down.Script(ev.Key, tt.reply)
-			n := notify.New(srv.URL, 100*time.Millisecond, idem.HTTPClassifier{})
+			n := notify.New(srv.URL, 100*time.Millisecond, notify.Classifier{})
 			_, err := n.Do(context.Background(), ev)
 			if got := idem.Classify(err); got != tt.class {
 				t.Errorf("class %v (%v); want %v", got, err, tt.class)
@@ -58,11 +58,11 @@ func TestRepliesAreClassified(t *testing.T) {
 }
 
 func TestConfiguredTransientStatuses(t *testing.T) {
-	down := downstream.New()
+	down := fakewebhook.New()
 	srv := httptest.NewServer(down)
 	defer srv.Close()
-	down.Script(ev.Key, downstream.Reply{Status: 500})
-	n := notify.New(srv.URL, time.Second, idem.HTTPClassifier{Transient: map[int]bool{500: true}})
+	down.Script(ev.Key, fakewebhook.Reply{Status: 500})
+	n := notify.New(srv.URL, time.Second, notify.Classifier{Transient: map[int]bool{500: true}})
 	if _, err := n.Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
 		t.Errorf("500 with 500 configured transient: %v", err)
 	}
@@ -79,7 +79,7 @@ func TestSuccessSendsKeyAndStoresSummary(t *testing.T) {
 		_, _ = w.Write([]byte(`{"ticket":"T-1"}`))
 	}))
 	defer srv.Close()
-	res, err := notify.New(srv.URL, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev)
+	res, err := notify.New(srv.URL, time.Second, notify.Classifier{}).Do(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,28 +109,28 @@ func TestConnectionRefusedAndResetAreTransient(t *testing.T) {
 			c.Close()
 		}
 	}()
-	if _, err := notify.New("http://"+addr, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
+	if _, err := notify.New("http://"+addr, time.Second, notify.Classifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
 		t.Errorf("reset: %v (class %v); want transient", err, idem.Classify(err))
 	}
 	l.Close()
-	if _, err := notify.New("http://"+addr, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
+	if _, err := notify.New("http://"+addr, time.Second, notify.Classifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassTransient {
 		t.Errorf("refused: %v (class %v); want transient", err, idem.Classify(err))
 	}
 }
 
 func TestBadURLIsPermanent(t *testing.T) {
-	if _, err := notify.New("http://bad host/", time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassPermanent {
+	if _, err := notify.New("http://bad host/", time.Second, notify.Classifier{}).Do(context.Background(), ev); idem.Classify(err) != idem.ClassPermanent {
 		t.Errorf("got %v; want permanent", err)
 	}
 }
 
 func TestRedirectIsNotADelivery(t *testing.T) {
-	target := downstream.New()
+	target := fakewebhook.New()
 	final := httptest.NewServer(target)
 	defer final.Close()
 	redirect := httptest.NewServer(http.RedirectHandler(final.URL, http.StatusFound))
 	defer redirect.Close()
-	_, err := notify.New(redirect.URL, time.Second, idem.HTTPClassifier{}).Do(context.Background(), ev)
+	_, err := notify.New(redirect.URL, time.Second, notify.Classifier{}).Do(context.Background(), ev)
 	if err == nil || target.Total() != 0 {
 		t.Fatalf("got %v, %d deliveries at the redirect target; want an error and no GET passed off as a delivery", err, target.Total())
 	}

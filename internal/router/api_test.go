@@ -8,8 +8,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncely/oncely/internal/downstream"
 	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
 const clientKey = "8e03978e-40d5-43e8-bc93-6894a57f9324"
@@ -104,7 +104,7 @@ func TestAPIStatusCodes(t *testing.T) {
 	})
 	t.Run("in flight is 409 with Retry-After", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(downKey, downstream.Reply{Delay: 2 * time.Second})
+		h.down.Script(downKey, fakewebhook.Reply{Delay: 2 * time.Second})
 		done := make(chan events.APIGatewayV2HTTPResponse)
 		go func() { done <- h.api(ctx, apiRequest(t, clientKey, apiBody)) }()
 		waitFor(t, func() bool { return h.down.Count(downKey) > 0 })
@@ -118,7 +118,7 @@ func TestAPIStatusCodes(t *testing.T) {
 	})
 	t.Run("permanent failure is a stored 4xx, replayed", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(downKey, downstream.Reply{Status: 404})
+		h.down.Script(downKey, fakewebhook.Reply{Status: 404})
 		first := h.api(ctx, apiRequest(t, clientKey, apiBody))
 		if first.StatusCode != 422 || problemCode(t, first) != "HTTP_404" {
 			t.Fatalf("got %d %s; want 422 HTTP_404", first.StatusCode, first.Body)
@@ -133,7 +133,7 @@ func TestAPIStatusCodes(t *testing.T) {
 	})
 	t.Run("transient failure is 503, nothing final stored, key released", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(downKey, downstream.Reply{Status: 503, RetryAfter: "30"})
+		h.down.Script(downKey, fakewebhook.Reply{Status: 503, RetryAfter: "30"})
 		resp := h.api(ctx, apiRequest(t, clientKey, apiBody))
 		if resp.StatusCode != 503 || resp.Headers["Retry-After"] != "30" || problemCode(t, resp) != "TRANSIENT_FAILURE" {
 			t.Fatalf("got %d %v %s; want 503 with Retry-After 30", resp.StatusCode, resp.Headers, resp.Body)

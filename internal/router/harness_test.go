@@ -20,13 +20,15 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/ddbstore/ddbtest"
-	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
 const namespace = "handler-test"
@@ -39,13 +41,14 @@ type harness struct {
 	router  *router.Router
 	ddb     *server.Server
 	client  *dynamodb.Client
-	counter *ddbtest.Counter
+	counter *ddblocal.Counter
 	table   string
-	down    *downstream.Server
+	down    *fakewebhook.Server
 	metrics *syncBuffer
 	logs    *syncBuffer
 	mu      sync.Mutex
 	sleeps  []time.Duration
+	notify  *notify.Notifier
 }
 
 type syncBuffer struct {
@@ -66,25 +69,24 @@ func (s *syncBuffer) String() string {
 }
 
 type harnessOptions struct {
-	retry        idem.RetryPolicy
-	minRemaining time.Duration
-	payloadExpr  string
+	retry       idem.RetryPolicy
+	payloadExpr string
+	visibility  sqsvisibility.Changer
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	t.Helper()
 	o := harnessOptions{
-		retry:        idem.RetryPolicy{MaxAttempts: 3, Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxRetryAfter: 2 * time.Second},
-		minRemaining: 500 * time.Millisecond,
+		retry: idem.RetryPolicy{AttemptsPerDelivery: 3, Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxRetryAfter: 2 * time.Second},
 	}
 	for _, m := range mods {
 		m(&o)
 	}
-	h := &harness{t: t, down: downstream.New(), metrics: &syncBuffer{}, logs: &syncBuffer{}}
+	h := &harness{t: t, down: fakewebhook.New(), metrics: &syncBuffer{}, logs: &syncBuffer{}}
 	var ep string
-	h.ddb, ep = ddbtest.Minidyn(t)
-	h.client, h.counter = ddbtest.Client(ddbtest.Config(ep, nil))
-	h.table = ddbtest.NewTable(t, h.client)
+	h.ddb, ep = ddblocal.Minidyn(t)
+	h.client, h.counter = ddblocal.Client(ddblocal.Config(ep, nil))
+	h.table = ddblocal.NewTable(t, h.client)
 	store, err := ddbstore.New(h.client, h.table, namespace)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +107,8 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := notify.New(hs.URL, 2*time.Second, idem.HTTPClassifier{})
+	n := notify.New(hs.URL, 2*time.Second, notify.Classifier{})
+	h.notify = n
 	// The business action: notify, plus a way for a test event to panic.
 	act := func(ctx context.Context, ev action.Event) (action.Result, error) {
 		if bytes.Contains(ev.Body, []byte(`"panic":true`)) {
@@ -119,7 +122,11 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 		}
 		return n.Do(ctx, ev)
 	}
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, MaxConcurrency: 4, MinRemaining: o.minRemaining, PayloadExpression: o.payloadExpr, Logger: logger})
+	keys, err := eventkey.New("", o.payloadExpr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, Keys: keys, MaxConcurrency: 4, Visibility: o.visibility, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,24 +4,42 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/sqsbatch"
 )
 
 // MetricsNamespace is the CloudWatch namespace of the EMF metrics.
 const MetricsNamespace = "oncely"
+
+// MetricVisibilityFailed counts SQS visibility changes that failed (the
+// message then returns at the queue's own visibility timeout).
+const MetricVisibilityFailed = "visibility_change_failed"
+
+// Metrics are the count metrics of every document: one per label, and
+// MetricVisibilityFailed.
+func Metrics() []string {
+	names := make([]string, 0, len(idem.Labels)+1)
+	for _, l := range idem.Labels {
+		names = append(names, string(l))
+	}
+	return append(names, MetricVisibilityFailed)
+}
 
 // Router dispatches invocations.
 type Router struct {
@@ -31,6 +49,13 @@ type Router struct {
 	Metrics  io.Writer // EMF documents go here (stdout in Lambda); nil writes none
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// FirstInvoke, if set, runs once per container, at the first
+	// invocation, with the time that invocation has: the function's
+	// timeout, which Lambda does not show at init. The wiring checks its
+	// configuration against it.
+	FirstInvoke func(ctx context.Context, timeout time.Duration)
+
+	once sync.Once
 }
 
 // shape is just enough of an event to tell the sources apart.
@@ -56,15 +81,22 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 			result, err = nil, fmt.Errorf("internal error: %v", p)
 		}
 	}()
-	var s shape
-	if err := json.Unmarshal(payload, &s); err != nil {
-		return nil, fmt.Errorf("event is not JSON: %w", err)
-	}
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
 	}
 	start := now()
+	if r.FirstInvoke != nil {
+		r.once.Do(func() {
+			if d, ok := ctx.Deadline(); ok {
+				r.FirstInvoke(ctx, d.Sub(start).Round(time.Second))
+			}
+		})
+	}
+	s, err := sniff(payload)
+	if err != nil {
+		return nil, err
+	}
 	var counts emf.Counts
 	source := ""
 	switch {
@@ -79,7 +111,10 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 			return nil, err
 		}
 		for _, res := range results {
-			counts.Add(res.Outcome)
+			counts.Add(string(res.Label))
+			if res.VisibilityErr != nil {
+				counts.Add(MetricVisibilityFailed)
+			}
 		}
 		result = resp
 	case s.RequestContext.HTTP.Method != "":
@@ -88,18 +123,71 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 		if err := json.Unmarshal(payload, &req); err != nil {
 			return nil, fmt.Errorf("API Gateway v2 event: %w", err)
 		}
-		resp, label := r.HTTP.Handle(ctx, req)
-		counts.Add(label)
+		resp, res := r.HTTP.Handle(ctx, req)
+		counts.Add(string(res.Label))
 		result = resp
 	default:
-		return nil, errors.New("unsupported event: want an SQS batch or an API Gateway HTTP API (payload 2.0) request")
+		return nil, fmt.Errorf("unsupported event: want an SQS event (an object with Records from aws:sqs) or an API Gateway HTTP API payload 2.0 request (an object with requestContext.http); got %s", describe(payload))
 	}
 	if r.Metrics != nil {
-		if err := emf.Write(r.Metrics, MetricsNamespace, r.Function, source, &counts, now().Sub(start), now()); err != nil {
+		doc := emf.Document{
+			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
+			Names: Metrics(), Counts: &counts, Duration: now().Sub(start), At: now(),
+		}
+		if err := emf.Write(r.Metrics, doc); err != nil {
 			r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())
 		}
 	}
 	return result, nil
+}
+
+// sniff decodes just enough to route the payload, with an error that says
+// what the function accepts and what it got.
+func sniff(payload []byte) (shape, error) {
+	var s shape
+	if !json.Valid(payload) {
+		return s, fmt.Errorf("the event is not JSON (%d bytes): want an SQS event or an API Gateway HTTP API payload 2.0 request", len(payload))
+	}
+	if t := bytes.TrimSpace(payload); len(t) == 0 || t[0] != '{' {
+		return s, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request, both JSON objects; got %s", describe(payload))
+	}
+	if err := json.Unmarshal(payload, &s); err != nil {
+		// An object whose Records or requestContext has another shape.
+		return s, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request; got %s (%v)", describe(payload), err)
+	}
+	return s, nil
+}
+
+// describe names a JSON payload's type and, for an object, its top-level
+// member names (not their values).
+func describe(payload []byte) string {
+	var v any
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return "something that is not JSON"
+	}
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a JSON string"
+	case bool:
+		return "a JSON boolean"
+	case float64:
+		return "a JSON number"
+	case []any:
+		return fmt.Sprintf("a JSON array of %d elements", len(v))
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if len(keys) > 8 {
+			keys = append(keys[:8], "…")
+		}
+		return fmt.Sprintf("an object with members [%s]", strings.Join(keys, ", "))
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 func (r *Router) logger() *slog.Logger {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/truora/minidyn/server"
 
-	"github.com/oncely/oncely/internal/downstream"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
 const (
@@ -60,7 +60,7 @@ func TestTransient503Then200AcrossTwoDeliveries(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	// Retry-After beyond the in-call cap: the key is released, SQS redelivers.
-	h.down.Script(keyA, downstream.Reply{Status: 503, RetryAfter: "30"})
+	h.down.Script(keyA, fakewebhook.Reply{Status: 503, RetryAfter: "30"})
 	if f := failed(h.sqs(ctx, false, msg{id: "m1", body: bodyA})); !cmp.Equal(f, []string{"m1"}) {
 		t.Fatalf("first delivery failures %v; want [m1]", f)
 	}
@@ -81,7 +81,7 @@ func TestTransient503Then200AcrossTwoDeliveries(t *testing.T) {
 
 func TestTransient503RetriedInCall(t *testing.T) {
 	h := newHarness(t)
-	h.down.Script(keyA, downstream.Reply{Status: 503}, downstream.Reply{Status: 502})
+	h.down.Script(keyA, fakewebhook.Reply{Status: 503}, fakewebhook.Reply{Status: 502})
 	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); len(f) != 0 {
 		t.Fatalf("failures %v; want none", f)
 	}
@@ -96,7 +96,7 @@ func TestTransient503RetriedInCall(t *testing.T) {
 func TestPermanent404AcknowledgedAndReplayed(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.down.Script(keyA, downstream.Reply{Status: 404})
+	h.down.Script(keyA, fakewebhook.Reply{Status: 404})
 	if f := failed(h.sqs(ctx, false, msg{id: "m1", body: bodyA})); len(f) != 0 {
 		t.Fatalf("failures %v; want none: a permanent failure is recorded and acknowledged", f)
 	}
@@ -114,7 +114,7 @@ func TestPermanent404AcknowledgedAndReplayed(t *testing.T) {
 
 func Test429RetryAfterHonouredInCall(t *testing.T) {
 	h := newHarness(t)
-	h.down.Script(keyA, downstream.Reply{Status: 429, RetryAfter: "1"})
+	h.down.Script(keyA, fakewebhook.Reply{Status: 429, RetryAfter: "1"})
 	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); len(f) != 0 {
 		t.Fatalf("failures %v; want none", f)
 	}
@@ -128,7 +128,7 @@ func Test429RetryAfterHonouredInCall(t *testing.T) {
 
 func Test429RetryAfterBeyondCapGoesBackToQueue(t *testing.T) {
 	h := newHarness(t)
-	h.down.Script(keyA, downstream.Reply{Status: 429, RetryAfter: "120"})
+	h.down.Script(keyA, fakewebhook.Reply{Status: 429, RetryAfter: "120"})
 	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); !cmp.Equal(f, []string{"m1"}) {
 		t.Fatalf("failures %v; want [m1]", f)
 	}
@@ -139,7 +139,7 @@ func Test429RetryAfterBeyondCapGoesBackToQueue(t *testing.T) {
 
 func TestFIFOGroupStopsAtFirstFailure(t *testing.T) {
 	h := newHarness(t)
-	h.down.Script("evt:a1:notify", downstream.Reply{Status: 503, RetryAfter: "60"})
+	h.down.Script("evt:a1:notify", fakewebhook.Reply{Status: 503, RetryAfter: "60"})
 	resp := h.sqs(context.Background(), true,
 		msg{id: "a1", body: event("a1", "notify"), group: "g1"},
 		msg{id: "b1", body: event("b1", "notify"), group: "g2"},
@@ -163,7 +163,7 @@ func TestFIFOGroupRunsInOrder(t *testing.T) {
 	for i := range 8 {
 		id := string(rune('a'+i)) + "-ordered"
 		ids = append(ids, id)
-		h.down.Script("evt:"+id+":notify", downstream.Reply{Delay: time.Duration(8-i) * time.Millisecond})
+		h.down.Script("evt:"+id+":notify", fakewebhook.Reply{Delay: time.Duration(8-i) * time.Millisecond})
 	}
 	var msgs []msg
 	for _, id := range ids {
@@ -290,7 +290,7 @@ func TestUnkeyableMessageIDFailsWholeBatch(t *testing.T) {
 
 func TestOneEMFDocumentPerInvocation(t *testing.T) {
 	h := newHarness(t)
-	h.down.Script(keyB, downstream.Reply{Status: 404})
+	h.down.Script(keyB, fakewebhook.Reply{Status: 404})
 	h.sqs(context.Background(), false, msg{id: "m1", body: bodyA}, msg{id: "m2", body: bodyA}, msg{id: "m3", body: bodyB}, msg{id: "m4", body: "x"})
 	lines := strings.Split(strings.TrimSpace(h.metrics.String()), "\n")
 	if len(lines) != 1 {

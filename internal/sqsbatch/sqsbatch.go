@@ -4,11 +4,11 @@
 // The rule it keeps: no message is acknowledged unless a record says what
 // happened to it. A message is acknowledged when its success or permanent
 // failure is stored, or when a poison note about it is stored; every other
-// message goes in batchItemFailures and SQS delivers it again.
+// message goes in batchItemFailures and SQS delivers it again, after a
+// delay this package chooses per message (see package sqsvisibility).
 package sqsbatch
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,63 +16,60 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
-	jmespath "github.com/jmespath-community/go-jmespath"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/emf"
+	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// DefaultKeyExpression builds the key from the event's id and action. A
-// missing id or action is an error, never "null": a key made of nulls
-// would make every keyless event share one record.
-const DefaultKeyExpression = "join(':', ['evt', id, action])"
-
-// Poison reasons.
+// Defaults for [Options].
 const (
-	ReasonNotJSON    idem.Code = "NOT_JSON"
-	ReasonKeyMissing idem.Code = "KEY_MISSING"
+	DefaultMaxConcurrency = 10
+	// DefaultMaxBodyBytes is SQS's own message limit (1 MiB since 2026), so
+	// the SQS and API paths accept the same events.
+	DefaultMaxBodyBytes = 1 << 20
 )
 
-// Options configure a Handler. Engine, Poison and Action are required.
+// Options configure a Handler. Engine, Poison, Action and Keys are required.
 type Options struct {
 	Engine *idem.Engine
 	Poison idem.PoisonRecorder
 	Action action.Func
-	// KeyExpression is a JMESPath expression over the message body that
-	// yields the key. Empty means DefaultKeyExpression.
-	KeyExpression string
-	// PayloadExpression, if set, selects the part of the body the
-	// fingerprint covers. Empty means the whole body.
-	PayloadExpression string
+	Keys   *eventkey.Extractor
 	// MaxConcurrency bounds the records (standard queue) or message groups
-	// (FIFO) processed at once. Zero means 10.
+	// (FIFO) processed at once. Zero means DefaultMaxConcurrency.
 	MaxConcurrency int
-	// MinRemaining is the least invocation time a record needs to start:
-	// with less left, it is reported failed without running. Zero means 2s.
-	MinRemaining time.Duration
-	// PoisonRetention is how long poison notes are kept. Zero means 24h.
+	// MaxBodyBytes refuses larger bodies with a TOO_LARGE poison note.
+	// Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// Visibility, if set, gives each message that goes back to the queue
+	// its own delay (VisibilityPolicy). Nil leaves the queue's timeout.
+	Visibility       sqsvisibility.Changer
+	VisibilityPolicy sqsvisibility.Policy
+	// PoisonRetention is how long poison notes are kept. Zero means
+	// idem.DefaultRetention.
 	PoisonRetention time.Duration
-	// Now is the clock. Nil means time.Now.
+	// Now is the clock and Random the jitter source. Nil means time.Now
+	// and math/rand/v2.
 	Now    func() time.Time
+	Random func() float64
 	Logger *slog.Logger
 }
 
 // Handler processes SQS batches. It is safe for concurrent use.
-type Handler struct {
-	o          Options
-	keyExpr    jmespath.JMESPath
-	payloadExp jmespath.JMESPath
-}
+type Handler struct{ o Options }
 
-// New compiles the expressions and returns a Handler, or an error naming
-// the bad option.
+// New returns a Handler, or an error naming the missing option.
 func New(o Options) (*Handler, error) {
 	switch {
 	case o.Engine == nil:
@@ -81,70 +78,55 @@ func New(o Options) (*Handler, error) {
 		return nil, errors.New("sqsbatch: Options.Poison is required")
 	case o.Action == nil:
 		return nil, errors.New("sqsbatch: Options.Action is required")
+	case o.Keys == nil:
+		return nil, errors.New("sqsbatch: Options.Keys is required")
 	}
-	if o.KeyExpression == "" {
-		o.KeyExpression = DefaultKeyExpression
+	if o.MaxConcurrency <= 0 {
+		o.MaxConcurrency = DefaultMaxConcurrency
 	}
-	h := &Handler{o: o}
-	var err error
-	if h.keyExpr, h.payloadExp, err = compile(o.KeyExpression, o.PayloadExpression); err != nil {
-		return nil, err
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if h.o.MaxConcurrency <= 0 {
-		h.o.MaxConcurrency = 10
+	if o.PoisonRetention <= 0 {
+		o.PoisonRetention = idem.DefaultRetention
 	}
-	if h.o.MinRemaining <= 0 {
-		h.o.MinRemaining = 2 * time.Second
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	if h.o.PoisonRetention <= 0 {
-		h.o.PoisonRetention = idem.DefaultRetention
+	if o.Random == nil {
+		o.Random = rand.Float64
 	}
-	if h.o.Now == nil {
-		h.o.Now = time.Now
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	if h.o.Logger == nil {
-		h.o.Logger = slog.Default()
-	}
-	return h, nil
-}
-
-// CompileExpressions reports whether the key and payload expressions
-// compile (an empty key expression means the default).
-func CompileExpressions(key, payload string) error {
-	if key == "" {
-		key = DefaultKeyExpression
-	}
-	_, _, err := compile(key, payload)
-	return err
-}
-
-func compile(key, payload string) (keyExpr, payloadExpr jmespath.JMESPath, err error) {
-	if keyExpr, err = jmespath.Compile(key); err != nil {
-		return nil, nil, fmt.Errorf("key expression %q: %w", key, err)
-	}
-	if payload != "" {
-		if payloadExpr, err = jmespath.Compile(payload); err != nil {
-			return nil, nil, fmt.Errorf("payload expression %q: %w", payload, err)
-		}
-	}
-	return keyExpr, payloadExpr, nil
+	return &Handler{o: o}, nil
 }
 
 // Result says what happened to one message.
 type Result struct {
 	MessageID string
 	Key       string
-	Outcome   string // an emf label
-	Ack       bool
-	Attempts  int
+	Label     idem.Label
 	Code      idem.Code // the failure or poison code, if any
+	Attempts  int
 	Duration  time.Duration
+	// Why and for how long it goes back to the queue; set for messages in
+	// batchItemFailures when visibility changes are on.
+	retry      sqsvisibility.Reason
+	retryAfter time.Duration
+	Visibility time.Duration // the visibility timeout requested, 0 if none
+	// VisibilityErr is why the visibility change failed, if it did.
+	VisibilityErr error
 }
+
+// Ack reports whether the message is acknowledged (deleted from the queue).
+func (r Result) Ack() bool { return r.Label.Acknowledged() }
 
 // Handle processes a batch and returns the messages SQS must deliver again.
 // An error is returned only when the batch cannot be answered record by
 // record (a record without a messageId): SQS then retries the whole batch.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, []Result, error) {
+	start := h.o.Now()
 	for i, m := range ev.Records {
 		if m.MessageId == "" {
 			// An empty itemIdentifier would fail the whole batch anyway; say so.
@@ -153,46 +135,58 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	results := make([]Result, len(ev.Records))
 	b := &batch{h: h, flights: map[string]*keyFlight{}}
-	sem := make(chan struct{}, h.o.MaxConcurrency)
-	var wg sync.WaitGroup
 	if isFIFO(ev) {
-		for _, idx := range groups(ev.Records) {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				// In order within a group; after the first failure, the rest
-				// of the group is reported failed without running, so that
-				// Lambda holds the group until the failed record succeeds.
-				failed := false
-				for _, i := range idx {
-					if failed {
-						results[i] = Result{MessageID: ev.Records[i].MessageId, Outcome: emf.Skipped, Code: "FIFO_GROUP_STOPPED"}
-						continue
-					}
-					results[i] = b.process(ctx, ev.Records[i])
-					failed = !results[i].Ack
-				}
-			})
-		}
+		h.runFIFO(ctx, b, ev.Records, results)
 	} else {
-		for i := range ev.Records {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				results[i] = b.process(ctx, ev.Records[i])
-			})
-		}
+		h.runStandard(ctx, b, ev.Records, results)
 	}
-	wg.Wait()
+	h.changeVisibility(ctx, ev.Records, results, isFIFO(ev), h.o.Now().Sub(start))
 	var resp events.SQSEventResponse
 	for _, r := range results {
-		h.o.Logger.InfoContext(ctx, "record", "messageId", r.MessageID, "key", r.Key, "outcome", r.Outcome, "code", string(r.Code),
-			"attempts", r.Attempts, "duration_ms", float64(r.Duration.Microseconds())/1000)
-		if !r.Ack {
+		h.o.Logger.InfoContext(ctx, "record", "messageId", r.MessageID, "key", r.Key, "outcome", string(r.Label), "code", string(r.Code),
+			"attempts", r.Attempts, "visibility_s", int(r.Visibility/time.Second), "duration_ms", float64(r.Duration.Microseconds())/1000)
+		if !r.Ack() {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageID})
 		}
 	}
 	return resp, results, nil
+}
+
+func (h *Handler) runStandard(ctx context.Context, b *batch, records []events.SQSMessage, results []Result) {
+	sem := make(chan struct{}, h.o.MaxConcurrency)
+	var wg sync.WaitGroup
+	for i := range records {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = b.process(ctx, records[i])
+		})
+	}
+	wg.Wait()
+}
+
+// runFIFO runs each message group in order, groups in parallel. After a
+// group's first failure the rest of the group is reported failed without
+// running, so that Lambda holds the group until the failed record succeeds.
+func (h *Handler) runFIFO(ctx context.Context, b *batch, records []events.SQSMessage, results []Result) {
+	sem := make(chan struct{}, h.o.MaxConcurrency)
+	var wg sync.WaitGroup
+	for _, idx := range groups(records) {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			failed := false
+			for _, i := range idx {
+				if failed {
+					results[i] = Result{MessageID: records[i].MessageId, Label: idem.LabelSkipped, Code: idem.CodeFIFOGroupStopped}
+					continue
+				}
+				results[i] = b.process(ctx, records[i])
+				failed = !results[i].Ack()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func isFIFO(ev events.SQSEvent) bool {
@@ -251,6 +245,8 @@ func (b *batch) flight(req idem.Request, run func() idem.Outcome) (idem.Outcome,
 	return out, false
 }
 
+// process handles one record: checks it, runs it through the engine (or
+// notes it as poison), and says what happened.
 func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 	h := b.h
 	start := h.o.Now()
@@ -260,60 +256,48 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 			// A bug outside the action: nothing says what happened, so the
 			// message must come back.
 			h.o.Logger.ErrorContext(ctx, "record processing panicked", "messageId", m.MessageId, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			res = Result{MessageID: m.MessageId, Outcome: emf.StoreError, Code: idem.CodePanic}
+			res = Result{MessageID: m.MessageId, Label: idem.LabelStoreError, Code: idem.CodePanic}
 		}
 		res.Duration = h.o.Now().Sub(start)
 	}()
-	if dl, ok := ctx.Deadline(); ok && dl.Sub(start) < h.o.MinRemaining {
-		res.Outcome, res.Code = emf.Skipped, idem.CodeDeadline
-		return res
-	}
 	body := []byte(m.Body)
-	doc, err := decode(body)
+	if len(body) > h.o.MaxBodyBytes {
+		return b.poison(ctx, res, body, &idem.Error{Code: idem.CodeTooLarge,
+			Message: fmt.Sprintf("the body is %d bytes; the limit is %d (MAX_BODY_BYTES)", len(body), h.o.MaxBodyBytes)})
+	}
+	req, err := h.o.Keys.Request(body)
 	if err != nil {
-		return b.poison(ctx, res, body, ReasonNotJSON, err.Error())
+		return b.poison(ctx, res, body, err)
 	}
-	v, err := h.keyExpr.Search(doc)
-	key, ok := v.(string)
-	if err != nil || !ok || key == "" {
-		detail := fmt.Sprintf("key expression %q gave %v", h.o.KeyExpression, v)
-		if err != nil {
-			detail = fmt.Sprintf("key expression %q: %v", h.o.KeyExpression, err)
+	res.Key = req.Key
+	out, shared := b.run(ctx, req, m)
+	res.Attempts = out.Attempts
+	res.Label = out.Label()
+	if out.Err != nil {
+		res.Code = out.Err.Code
+		res.retryAfter = out.Err.RetryAfter
+		switch {
+		case out.Err.Code == idem.CodeKeyReused:
+			return b.poison(ctx, res, body, out.Err)
+		case out.Err.Code == idem.CodeInProgress:
+			res.retry = sqsvisibility.InProgress
+		case out.Err.Code == idem.CodeTransientFailure && out.Err.RetryAfter > 0:
+			res.retry = sqsvisibility.RetryAfter
 		}
-		return b.poison(ctx, res, body, ReasonKeyMissing, detail)
 	}
-	res.Key = key
-	if emptyPart(key) {
-		// A field that was present but empty ("id": "") must not yield a key
-		// that every such event shares.
-		return b.poison(ctx, res, body, ReasonKeyMissing, fmt.Sprintf("key %q has an empty part", key))
+	if shared && res.Label == idem.LabelExecuted {
+		res.Label = idem.LabelReplayed
 	}
-	if err := idem.ValidateKey(key); err != nil {
-		return b.poison(ctx, res, body, idem.CodeInvalidKey, err.Error())
-	}
-	payload := body
-	if h.payloadExp != nil {
-		// The whole body must be canonical JSON even when only a part is
-		// fingerprinted: the decoder above forgives duplicate names and
-		// invalid text, which would let two different bodies collide.
-		if _, err := idem.Fingerprint(body); err != nil {
-			return b.poison(ctx, res, body, idem.CodeInvalidPayload, err.Error())
-		}
-		sel, err := h.payloadExp.Search(doc)
-		if err != nil {
-			return b.poison(ctx, res, body, idem.CodeInvalidPayload, err.Error())
-		}
-		payload, _ = json.Marshal(sel) // values decoded from JSON always marshal
-	}
-	fp, err := idem.Fingerprint(payload)
-	if err != nil {
-		return b.poison(ctx, res, body, idem.CodeInvalidPayload, err.Error())
-	}
-	req := idem.Request{Key: key, Fingerprint: fp}
-	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "sqs", ID: m.MessageId}
-	out, shared := b.flight(req, func() idem.Outcome {
-		out, _ := h.o.Engine.Do(ctx, req, func(ctx context.Context) ([]byte, error) {
-			r, err := h.o.Action(ctx, ev)
+	return res
+}
+
+// run runs the record through the engine, sharing the outcome with
+// identical copies in the batch.
+func (b *batch) run(ctx context.Context, req idem.Request, m events.SQSMessage) (idem.Outcome, bool) {
+	ev := action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}
+	return b.flight(req, func() idem.Outcome {
+		out, _ := b.h.o.Engine.Do(ctx, req, func(ctx context.Context) ([]byte, error) {
+			r, err := b.h.o.Action(ctx, ev)
 			if err != nil {
 				return nil, err
 			}
@@ -321,78 +305,100 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 		})
 		return out
 	})
-	res.Attempts = out.Attempts
-	if out.Err != nil {
-		res.Code = out.Err.Code
-	}
-	switch {
-	case out.Err == nil && (out.Replayed || shared):
-		res.Outcome, res.Ack = emf.Replayed, true
-	case out.Err == nil:
-		res.Outcome, res.Ack = emf.Executed, true
-	case out.Stored:
-		res.Outcome, res.Ack = emf.Permanent, true
-	case out.Err.Code == idem.CodeKeyReused:
-		return b.poison(ctx, res, body, idem.CodeKeyReused, out.Err.Message)
-	default:
-		res.Outcome = Label(out.Err.Code)
-	}
-	return res
-}
-
-// emptyPart reports whether a ':'-separated key has an empty part.
-func emptyPart(key string) bool {
-	return strings.HasPrefix(key, ":") || strings.HasSuffix(key, ":") || strings.Contains(key, "::")
-}
-
-// Label maps an unstored failure's code to its outcome label.
-func Label(code idem.Code) string {
-	switch code {
-	case idem.CodeInProgress:
-		return emf.InProgress
-	case idem.CodeLeaseLost:
-		return emf.LeaseLost
-	case idem.CodeStoreUnavailable, idem.CodeStoreMisconfigured:
-		return emf.StoreError
-	case idem.CodeDeadline:
-		return emf.Skipped
-	default:
-		return emf.Transient
-	}
 }
 
 // poison stores a note about a message that cannot be processed as an
-// event, then acknowledges it. If the note cannot be stored, the message
-// is not acknowledged.
-func (b *batch) poison(ctx context.Context, res Result, body []byte, reason idem.Code, detail string) Result {
+// event, then acknowledges it. If the note cannot be stored, the message is
+// not acknowledged. The note holds the reason, a bounded description that
+// never quotes the body, and the body's digest and size.
+func (b *batch) poison(ctx context.Context, res Result, body []byte, why error) Result {
 	h := b.h
+	code, detail := idem.CodeInvalidPayload, why.Error()
+	var e *idem.Error
+	if errors.As(why, &e) {
+		code, detail = e.Code, e.Message
+	}
 	sum := sha256.Sum256(body)
 	now := h.o.Now()
-	res.Code = reason
-	err := h.o.Poison.RecordPoison(ctx, idem.Poison{
-		ID: res.MessageID, Reason: reason, Detail: detail, BodySHA256: hex.EncodeToString(sum[:]),
+	res.Code = code
+	sctx, cancel := h.o.Engine.Budget().StoreContext(ctx)
+	defer cancel()
+	err := h.o.Poison.RecordPoison(sctx, idem.Poison{
+		ID: res.MessageID, Reason: code, Detail: truncate(detail, idem.MaxPoisonDetail),
+		BodySHA256: hex.EncodeToString(sum[:]), BodySize: len(body),
 		At: now, ExpiresAt: now.Add(h.o.PoisonRetention),
 	})
 	if err != nil {
-		h.o.Logger.ErrorContext(ctx, "poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(reason), "error", err.Error())
-		res.Outcome = emf.StoreError
+		h.o.Logger.ErrorContext(ctx, "poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(code), "error", err.Error())
+		res.Label = idem.LabelStoreError
 		return res
 	}
-	res.Outcome, res.Ack = emf.Poison, true
+	res.Label = idem.LabelPoison
 	return res
 }
 
-// decode parses the body keeping numbers exact (json.Number), so that
-// large ids survive key and payload expressions.
-func decode(body []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, fmt.Errorf("body is not JSON: %w", err)
+// changeVisibility gives each message going back to the queue its delay,
+// in one batched call per queue, within the invocation's time budget. A
+// failure is logged and counted; it never changes a record's outcome (the
+// message then returns at the queue's own visibility timeout).
+func (h *Handler) changeVisibility(ctx context.Context, records []events.SQSMessage, results []Result, fifo bool, elapsed time.Duration) {
+	if h.o.Visibility == nil {
+		return
 	}
-	if d.More() {
-		return nil, errors.New("body is not JSON: data after the first value")
+	var changes []sqsvisibility.Change
+	groupDelay := map[string]time.Duration{}
+	for i, r := range results {
+		if r.Ack() {
+			continue
+		}
+		m := records[i]
+		delay := h.o.VisibilityPolicy.Delay(r.retry, receiveCount(m), r.retryAfter, elapsed, h.o.Random())
+		if fifo {
+			// Messages of a group still in flight block the group: every
+			// failed record of the group comes back together, at the
+			// group's first failure's time, and in order.
+			g := m.Attributes["MessageGroupId"]
+			if d, ok := groupDelay[g]; ok {
+				delay = d
+			} else {
+				groupDelay[g] = delay
+			}
+		}
+		results[i].Visibility = delay
+		changes = append(changes, sqsvisibility.Change{QueueARN: m.EventSourceARN, MessageID: m.MessageId, ReceiptHandle: m.ReceiptHandle, Timeout: delay})
 	}
-	return v, nil
+	if len(changes) == 0 {
+		return
+	}
+	cctx, cancel := h.o.Engine.Budget().CallContext(ctx)
+	defer cancel()
+	failed := h.o.Visibility.ChangeVisibility(cctx, changes)
+	for i := range results {
+		if err, ok := failed[results[i].MessageID]; ok {
+			results[i].VisibilityErr = err
+			h.o.Logger.WarnContext(ctx, "visibility not changed; the message returns at the queue's visibility timeout",
+				"messageId", results[i].MessageID, "wanted_s", int(results[i].Visibility/time.Second), "error", err.Error())
+		}
+	}
+}
+
+// receiveCount reads ApproximateReceiveCount; a missing or malformed one
+// counts as the first receive.
+func receiveCount(m events.SQSMessage) int {
+	n, err := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// truncate cuts s to at most n bytes on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

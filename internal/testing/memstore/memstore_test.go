@@ -4,17 +4,17 @@ import (
 	"testing"
 
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/idemtest"
-	"github.com/oncely/oncely/internal/idem/memstore"
+	"github.com/oncely/oncely/internal/testing/memstore"
+	"github.com/oncely/oncely/internal/testing/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return memstore.New() })
+	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return memstore.New() }})
 }
 
 func TestPoisonNotes(t *testing.T) {
 	s := memstore.New()
-	idemtest.RunPoisonTests(t, s)
+	storetest.RunPoisonTests(t, s)
 	if n := len(s.Poisons()); n != 1 {
 		t.Errorf("%d poison notes after recording one note twice; want 1", n)
 	}

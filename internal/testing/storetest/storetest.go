@@ -2,13 +2,13 @@
 // A driver's test is one call:
 //
 //	func TestConformance(t *testing.T) {
-//		idemtest.RunStoreTests(t, func(t *testing.T) idem.Store { return newStore(t) })
+//		storetest.RunStoreTests(t, func(t *testing.T) idem.Store { return newStore(t) })
 //	}
 //
 // The suite uses unique keys, so one store (or one real table) may serve
 // every subtest. Times sit on whole seconds, because stores may keep
 // expires_at in epoch seconds.
-package idemtest
+package storetest
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/testing/faults"
 )
 
 const (
@@ -31,9 +32,22 @@ const (
 	fpB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 )
 
-// RunStoreTests runs every behaviour a Store must have against stores made
-// by newStore.
-func RunStoreTests(t *testing.T, newStore func(t *testing.T) idem.Store) {
+// Harness makes the stores the suite runs against.
+type Harness struct {
+	// NewStore returns a working store. It may return the same store to
+	// every subtest: keys are unique.
+	NewStore func(t *testing.T) idem.Store
+	// NewFaulty returns a store whose every call meets fault k, and the
+	// name of the resource it uses (a table), which its permanent errors
+	// must name. Nil skips the classification tests: a store without I/O
+	// (the in-memory one) has no faults to classify.
+	NewFaulty func(t *testing.T, k faults.Kind) (s idem.Store, resource string)
+}
+
+// RunStoreTests runs every behaviour a Store must have against the
+// harness's stores.
+func RunStoreTests(t *testing.T, h Harness) {
+	newStore := h.NewStore
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s idem.Store)
@@ -55,10 +69,73 @@ func RunStoreTests(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		{"ResultsOfEveryShapeRoundTrip", testResultShapes},
 		{"GetMissingKey", testGetMissing},
 		{"RepeatedWriteWithOwnTokenIsOwned", testRepeatedOwnToken},
+		{"OwnTokenOnAFinishedRecordIsNotOwnership", testOwnTokenFinished},
+		{"ExpiredRecordIsNotTakenOver", testExpiredNotTakenOver},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.fn(t, newStore(t))
+		})
+	}
+	t.Run("ErrorsAreClassified", func(t *testing.T) {
+		if h.NewFaulty == nil {
+			t.Skip("the harness has no faulty store: nothing to classify")
+		}
+		testClassification(t, h.NewFaulty)
+	})
+}
+
+// classes is what Classify must give for each fault, for reads and for
+// writes: a write whose reply was lost may have happened.
+var classes = []struct {
+	kind          faults.Kind
+	read, write   idem.Class
+	namesResource bool
+}{
+	{faults.Throttle, idem.ClassTransient, idem.ClassTransient, false},
+	{faults.ServerError, idem.ClassTransient, idem.ClassTransient, false},
+	{faults.Unavailable, idem.ClassTransient, idem.ClassTransient, false},
+	{faults.Refuse, idem.ClassTransient, idem.ClassTransient, false},
+	{faults.DropReply, idem.ClassTransient, idem.ClassOutcomeUnknown, false},
+	{faults.MissingTable, idem.ClassPermanent, idem.ClassPermanent, true},
+	{faults.AccessDenied, idem.ClassPermanent, idem.ClassPermanent, true},
+}
+
+func testClassification(t *testing.T, newFaulty func(*testing.T, faults.Kind) (idem.Store, string)) {
+	for _, c := range classes {
+		t.Run(string(c.kind), func(t *testing.T) {
+			s, resource := newFaulty(t, c.kind)
+			now := base()
+			r := reservation(t, uniqueKey(t), fpA, now)
+			f := finish(r, now, 1)
+			calls := []struct {
+				op    string
+				class idem.Class
+				call  func() error
+			}{
+				{"Reserve", c.write, func() error { _, _, err := s.Reserve(context.Background(), r); return err }},
+				{"TakeOver", c.write, func() error {
+					prev := idem.Record{Key: r.Key, Status: idem.StatusFailed, Retryable: true, Token: token(t), Attempts: 1, Fingerprint: fpA}
+					_, _, err := s.TakeOver(context.Background(), prev, r)
+					return err
+				}},
+				{"Complete", c.write, func() error { return s.Complete(context.Background(), f) }},
+				{"Fail", c.write, func() error { return s.Fail(context.Background(), f) }},
+				{"Get", c.read, func() error { _, _, err := s.Get(context.Background(), r.Key, now); return err }},
+			}
+			for _, call := range calls {
+				err := call.call()
+				if err == nil {
+					t.Errorf("%s under %s: no error; want one", call.op, c.kind)
+					continue
+				}
+				if got := idem.Classify(err); got != call.class {
+					t.Errorf("%s under %s: class %v; want %v (%v)", call.op, c.kind, got, call.class, err)
+				}
+				if c.namesResource && !strings.Contains(err.Error(), resource) {
+					t.Errorf("%s under %s: error %q does not name %q", call.op, c.kind, err, resource)
+				}
+			}
 		})
 	}
 }
@@ -558,14 +635,57 @@ func testRepeatedOwnToken(t *testing.T, s idem.Store) {
 	}
 }
 
-// RunPoisonTests checks a store's poison notes: stored, and stored again
-// without error for a redelivered message.
-func RunPoisonTests(t *testing.T, p idem.PoisonRecorder) {
+func testOwnTokenFinished(t *testing.T, s idem.Store) {
 	now := base()
-	note := idem.Poison{ID: "msg-" + token(t), Reason: "NOT_JSON", Detail: "invalid character 'x'", BodySHA256: fpA, At: now, ExpiresAt: now.Add(time.Hour)}
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.Result = []byte(`"done"`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	// Ownership is an IN_PROGRESS record under our token, nothing else.
+	rec, ok, err := s.Reserve(context.Background(), r)
+	if err != nil || ok || rec.Status != idem.StatusSucceeded {
+		t.Fatalf("Reserve with the token of a completed record = acquired %v status %s err %v; want not acquired, SUCCEEDED", ok, rec.Status, err)
+	}
+}
+
+func testExpiredNotTakenOver(t *testing.T, s idem.Store) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	r.LeaseUntil, r.ExpiresAt = now.Add(time.Second), now.Add(2*time.Second)
+	prev := mustReserve(t, s, r)
+	later := now.Add(3 * time.Second)
+	rec, ok, err := s.TakeOver(context.Background(), prev, reservation(t, r.Key, fpA, later))
+	if err != nil || ok || rec.Key != "" {
+		t.Fatalf("TakeOver of an expired record = %+v, acquired %v, err %v; want a zero record, not acquired (Reserve admits it afresh)", rec, ok, err)
+	}
+}
+
+// RunPoisonTests checks a store's poison notes: stored with every field,
+// stored again without error for a redelivered message, read back, and gone
+// once expired.
+func RunPoisonTests(t *testing.T, p idem.PoisonStore) {
+	now := base()
+	note := idem.Poison{ID: "msg-" + token(t), Reason: "NOT_JSON", Detail: "the body is not JSON: syntax error at byte 1",
+		BodySHA256: fpA, BodySize: 17, At: now, ExpiresAt: now.Add(time.Hour)}
 	for i := range 2 {
 		if err := p.RecordPoison(context.Background(), note); err != nil {
 			t.Fatalf("RecordPoison #%d: %v", i+1, err)
 		}
+	}
+	got, ok, err := p.GetPoison(context.Background(), note.ID, now)
+	if err != nil || !ok {
+		t.Fatalf("GetPoison = found %v, err %v; want the note", ok, err)
+	}
+	if diff := cmp.Diff(note, got); diff != "" {
+		t.Errorf("note read back (-want +got):\n%s", diff)
+	}
+	if _, ok, err := p.GetPoison(context.Background(), "msg-"+token(t), now); err != nil || ok {
+		t.Errorf("GetPoison of an unknown id = found %v, err %v; want not found", ok, err)
+	}
+	if _, ok, err := p.GetPoison(context.Background(), note.ID, note.ExpiresAt); err != nil || ok {
+		t.Errorf("GetPoison at its expiry = found %v, err %v; want not found", ok, err)
 	}
 }

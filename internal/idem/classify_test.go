@@ -9,7 +9,6 @@ import (
 	"os"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/oncely/oncely/internal/idem"
 )
@@ -35,8 +34,6 @@ func TestClassify(t *testing.T) {
 		{"dns failure", &net.DNSError{Err: "no such host", Name: "hooks.example", IsNotFound: true}, idem.ClassTransient},
 		{"dial failure", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("no route")}, idem.ClassTransient},
 		{"network unreachable", syscall.ENETUNREACH, idem.ClassTransient},
-		{"http 503", idem.HTTPClassifier{}.Error(503, "", time.Time{}), idem.ClassTransient},
-		{"http 500", idem.HTTPClassifier{}.Error(500, "", time.Time{}), idem.ClassPermanent},
 		// The class comes from the type, never from the message text.
 		{"message mentions timeout", errors.New("timeout 503 throttled"), idem.ClassUnknown},
 	}
@@ -46,38 +43,6 @@ func TestClassify(t *testing.T) {
 				t.Errorf("Classify(%v) = %v; want %v", tt.err, got, tt.want)
 			}
 		})
-	}
-}
-
-func TestHTTPClassifier(t *testing.T) {
-	def := idem.HTTPClassifier{}
-	for status, want := range map[int]idem.Class{
-		429: idem.ClassTransient, 502: idem.ClassTransient, 503: idem.ClassTransient, 504: idem.ClassTransient,
-		400: idem.ClassPermanent, 401: idem.ClassPermanent, 403: idem.ClassPermanent, 404: idem.ClassPermanent,
-		409: idem.ClassPermanent, 422: idem.ClassPermanent, 418: idem.ClassPermanent,
-		500: idem.ClassPermanent, 501: idem.ClassPermanent, 599: idem.ClassPermanent,
-		302: idem.ClassUnknown,
-	} {
-		if got := def.Class(status); got != want {
-			t.Errorf("default Class(%d) = %v; want %v", status, got, want)
-		}
-	}
-	custom := idem.HTTPClassifier{Transient: map[int]bool{500: true}}
-	if custom.Class(500) != idem.ClassTransient || custom.Class(503) != idem.ClassPermanent {
-		t.Errorf("custom transient set not honoured: 500=%v 503=%v", custom.Class(500), custom.Class(503))
-	}
-	now := time.Now()
-	err := def.Error(429, "7", now)
-	var ce *idem.ClassifiedError
-	if !errors.As(err, &ce) || ce.RetryAfter != 7*time.Second || ce.Code != "HTTP_429" || ce.Error() != "HTTP 429" {
-		t.Fatalf("Error(429, 7) = %#v; want transient HTTP_429 with RetryAfter 7s", err)
-	}
-	var se *idem.HTTPStatusError
-	if !errors.As(err, &se) || se.Status != 429 {
-		t.Errorf("status not reachable through errors.As: %v", err)
-	}
-	if got := idem.DefaultTransientStatuses(); fmt.Sprint(got) != "[429 502 503 504]" {
-		t.Errorf("DefaultTransientStatuses() = %v", got)
 	}
 }
 

@@ -1,4 +1,4 @@
-package idemtest_test
+package storetest_test
 
 import (
 	"context"
@@ -11,15 +11,16 @@ import (
 	"time"
 
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/idem/idemtest"
-	"github.com/oncely/oncely/internal/idem/memstore"
+	"github.com/oncely/oncely/internal/testing/faults"
+	"github.com/oncely/oncely/internal/testing/memstore"
+	"github.com/oncely/oncely/internal/testing/storetest"
 )
 
 // The suite checks itself against the reference store.
 func TestRunStoreTestsOnMemstore(t *testing.T) {
-	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return memstore.New() })
+	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return memstore.New() }})
 	s := memstore.New()
-	idemtest.RunPoisonTests(t, s)
+	storetest.RunPoisonTests(t, s)
 	if len(s.Poisons()) != 1 {
 		t.Errorf("poison notes %v; want 1", s.Poisons())
 	}
@@ -30,29 +31,38 @@ func TestRunStoreTestsOnMemstore(t *testing.T) {
 var broken = map[string]struct {
 	store    func() idem.Store
 	mustFail []string
+	faulty   func(k faults.Kind) idem.Store // nil: no classification tests
 }{
-	"unfenced": {func() idem.Store { return unfenced{memstore.New()} },
-		[]string{"CompleteAndFailFencedByToken", "ExpiredLeaseTakenOver", "ConcurrentTakeOverHasOneWinner"}},
-	"racy-reserve": {func() idem.Store { return &racyReserve{Store: memstore.New()} },
-		[]string{"ConcurrentReserveHasOneWinner"}},
-	"drops-falsy": {func() idem.Store { return dropsFalsy{memstore.New()} },
-		[]string{"ResultsOfEveryShapeRoundTrip"}},
-	"ignores-expiry": {func() idem.Store { return ignoresExpiry{memstore.New()} },
-		[]string{"ExpiredRetentionCountsAsAbsent"}},
-	"no-cas": {func() idem.Store { return noCAS{memstore.New()} },
-		[]string{"TakeOverIsCompareAndSwap", "LiveLeaseCannotBeTakenOver", "ConcurrentTakeOverHasOneWinner"}},
-	"erroring": {func() idem.Store { return erroring{} },
-		[]string{"ReserveFreshKey", "DuplicateOfInProgressKey", "DuplicateOfSucceededKey", "DuplicateOfFailedKey",
+	"ownsFinished": {store: func() idem.Store { return ownsFinished{memstore.New()} },
+		mustFail: []string{"OwnTokenOnAFinishedRecordIsNotOwnership"}},
+	"takesOverExpired": {store: func() idem.Store { return takesOverExpired{memstore.New()} },
+		mustFail: []string{"ExpiredRecordIsNotTakenOver"}},
+	"misclassifies": {store: func() idem.Store { return memstore.New() }, faulty: func(faults.Kind) idem.Store { return erroring{} },
+		mustFail: []string{"ErrorsAreClassified/throttle", "ErrorsAreClassified/drop_reply", "ErrorsAreClassified/missing_table"}},
+	"everythingTransient": {store: func() idem.Store { return memstore.New() }, faulty: func(faults.Kind) idem.Store { return transientOnly{} },
+		mustFail: []string{"ErrorsAreClassified/drop_reply", "ErrorsAreClassified/missing_table", "ErrorsAreClassified/access_denied"}},
+	"unfenced": {store: func() idem.Store { return unfenced{memstore.New()} },
+		mustFail: []string{"CompleteAndFailFencedByToken", "ExpiredLeaseTakenOver", "ConcurrentTakeOverHasOneWinner"}},
+	"racy-reserve": {store: func() idem.Store { return &racyReserve{Store: memstore.New()} },
+		mustFail: []string{"ConcurrentReserveHasOneWinner"}},
+	"drops-falsy": {store: func() idem.Store { return dropsFalsy{memstore.New()} },
+		mustFail: []string{"ResultsOfEveryShapeRoundTrip"}},
+	"ignores-expiry": {store: func() idem.Store { return ignoresExpiry{memstore.New()} },
+		mustFail: []string{"ExpiredRetentionCountsAsAbsent"}},
+	"no-cas": {store: func() idem.Store { return noCAS{memstore.New()} },
+		mustFail: []string{"TakeOverIsCompareAndSwap", "LiveLeaseCannotBeTakenOver", "ConcurrentTakeOverHasOneWinner"}},
+	"erroring": {store: func() idem.Store { return erroring{} },
+		mustFail: []string{"ReserveFreshKey", "DuplicateOfInProgressKey", "DuplicateOfSucceededKey", "DuplicateOfFailedKey",
 			"KeyReusedWithOtherFingerprintNeverOverwrites", "ExpiredLeaseTakenOver", "RetryableFailureTakenOver",
 			"TakeOverIsCompareAndSwap", "LiveLeaseCannotBeTakenOver", "ExpiredRetentionCountsAsAbsent",
 			"CompleteAndFailFencedByToken", "CompleteTwiceWithSameToken", "ConcurrentReserveHasOneWinner",
 			"ConcurrentTakeOverHasOneWinner", "ResultsOfEveryShapeRoundTrip", "GetMissingKey", "RepeatedWriteWithOwnTokenIsOwned"}},
-	"forgets-attempts": {func() idem.Store { return forgetsAttempts{memstore.New()} },
-		[]string{"ExpiredLeaseTakenOver", "RetryableFailureTakenOver", "RepeatedWriteWithOwnTokenIsOwned"}},
-	"loses-failures": {func() idem.Store { return losesFailures{memstore.New()} },
-		[]string{"DuplicateOfFailedKey", "RetryableFailureTakenOver"}},
-	"owns-nothing-twice": {func() idem.Store { return ownsNothingTwice{memstore.New()} },
-		[]string{"RepeatedWriteWithOwnTokenIsOwned"}},
+	"forgets-attempts": {store: func() idem.Store { return forgetsAttempts{memstore.New()} },
+		mustFail: []string{"ExpiredLeaseTakenOver", "RetryableFailureTakenOver", "RepeatedWriteWithOwnTokenIsOwned"}},
+	"loses-failures": {store: func() idem.Store { return losesFailures{memstore.New()} },
+		mustFail: []string{"DuplicateOfFailedKey", "RetryableFailureTakenOver"}},
+	"owns-nothing-twice": {store: func() idem.Store { return ownsNothingTwice{memstore.New()} },
+		mustFail: []string{"RepeatedWriteWithOwnTokenIsOwned"}},
 }
 
 func TestBrokenStore(t *testing.T) {
@@ -60,7 +70,12 @@ func TestBrokenStore(t *testing.T) {
 	if name == "" {
 		t.Skip("run by TestSuiteCatchesBrokenStores")
 	}
-	idemtest.RunStoreTests(t, func(*testing.T) idem.Store { return broken[name].store() })
+	b := broken[name]
+	h := storetest.Harness{NewStore: func(*testing.T) idem.Store { return b.store() }}
+	if b.faulty != nil {
+		h.NewFaulty = func(_ *testing.T, k faults.Kind) (idem.Store, string) { return b.faulty(k), "the-table" }
+	}
+	storetest.RunStoreTests(t, h)
 }
 
 func TestSuiteCatchesBrokenStores(t *testing.T) {
@@ -211,4 +226,41 @@ func (s ownsNothingTwice) Reserve(ctx context.Context, r idem.Reservation) (idem
 		return rec, false, nil
 	}
 	return s.Store.Reserve(ctx, r)
+}
+
+// ownsFinished reports ownership for any record under the caller's token.
+type ownsFinished struct{ *memstore.Store }
+
+func (s ownsFinished) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	rec, ok, err := s.Store.Reserve(ctx, r)
+	return rec, ok || rec.Token == r.Token, err
+}
+
+// takesOverExpired swaps an expired record in place instead of refusing.
+type takesOverExpired struct{ *memstore.Store }
+
+func (s takesOverExpired) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	if _, ok, _ := s.Store.Get(ctx, r.Key, r.Now); !ok {
+		rec, _, err := s.Store.Reserve(ctx, r)
+		return rec, err == nil, err
+	}
+	return s.Store.TakeOver(ctx, prev, r)
+}
+
+// transientOnly marks every error transient, the lost reply and the
+// missing table included.
+type transientOnly struct{}
+
+var errTransient = idem.Transient(errors.New("something failed on the-table"))
+
+func (transientOnly) Reserve(context.Context, idem.Reservation) (idem.Record, bool, error) {
+	return idem.Record{}, false, errTransient
+}
+func (transientOnly) TakeOver(context.Context, idem.Record, idem.Reservation) (idem.Record, bool, error) {
+	return idem.Record{}, false, errTransient
+}
+func (transientOnly) Complete(context.Context, idem.Finish) error { return errTransient }
+func (transientOnly) Fail(context.Context, idem.Finish) error     { return errTransient }
+func (transientOnly) Get(context.Context, string, time.Time) (idem.Record, bool, error) {
+	return idem.Record{}, false, errTransient
 }

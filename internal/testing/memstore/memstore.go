@@ -121,6 +121,17 @@ func (s *Store) RecordPoison(_ context.Context, p idem.Poison) error {
 	return nil
 }
 
+// GetPoison implements idem.PoisonStore.
+func (s *Store) GetPoison(_ context.Context, id string, now time.Time) (idem.Poison, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.poison[id]
+	if !ok || !now.Before(p.ExpiresAt) {
+		return idem.Poison{}, false, nil
+	}
+	return p, true, nil
+}
+
 // Poisons returns the poison notes, for tests and demos.
 func (s *Store) Poisons() map[string]idem.Poison {
 	s.mu.Lock()

@@ -2,7 +2,7 @@
 // demo: it counts the deliveries it gets per Idempotency-Key and answers
 // with scripted replies. It is a real HTTP server (run it under
 // httptest.NewServer or http.Server), not a mock of one.
-package downstream
+package fakewebhook
 
 import (
 	"encoding/json"

@@ -1,19 +1,21 @@
 // Package ddbtest starts and connects to the DynamoDB-compatible servers the
 // tests use: minidyn in-process, moto out of process (started by make), and
 // real DynamoDB when asked to. It also counts the calls a store makes.
-package ddbtest
+package ddblocal
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
-	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -23,7 +25,16 @@ import (
 	"github.com/truora/minidyn/server"
 
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/testing/faults"
 )
+
+// TB is the part of testing.TB the helpers use.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
 
 // Environment variables the tests read.
 const (
@@ -38,7 +49,7 @@ const (
 
 // Minidyn starts minidyn's DynamoDB server in-process, for this test only,
 // and returns it and its endpoint.
-func Minidyn(t testing.TB) (*server.Server, string) {
+func Minidyn(t TB) (*server.Server, string) {
 	t.Helper()
 	srv := server.NewServer()
 	hs := httptest.NewServer(srv)
@@ -48,7 +59,7 @@ func Minidyn(t testing.TB) (*server.Server, string) {
 
 // MotoEndpoint returns the moto server's endpoint. It skips the test when
 // there is none, unless EnvRequireMoto is set (as make test does).
-func MotoEndpoint(t testing.TB) string {
+func MotoEndpoint(t TB) string {
 	t.Helper()
 	ep := os.Getenv(EnvMoto)
 	if ep == "" {
@@ -134,7 +145,7 @@ func Client(cfg aws.Config) (*dynamodb.Client, *Counter) {
 // NewTable creates a uniquely named table on the server and returns its
 // name. A server without the TTL API is accepted: records are checked for
 // expiry at read time and in conditions anyway.
-func NewTable(t testing.TB, client *dynamodb.Client) string {
+func NewTable(t TB, client *dynamodb.Client) string {
 	t.Helper()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -143,4 +154,43 @@ func NewTable(t testing.TB, client *dynamodb.Client) string {
 		t.Fatalf("create table: %v", err)
 	}
 	return name
+}
+
+// Operation returns the DynamoDB operation a request calls (PutItem, ...).
+func Operation(req *http.Request) string {
+	return strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+}
+
+// StoreOperations are the operations ddbstore calls on the request path.
+var StoreOperations = []string{"PutItem", "UpdateItem", "GetItem", "DeleteItem", "TransactWriteItems", "Scan", "Query"}
+
+// Replies answers a fault as DynamoDB does on the wire.
+func Replies(k faults.Kind, req *http.Request) *http.Response {
+	status, typ := 400, ""
+	switch k {
+	case faults.Throttle:
+		typ = "ThrottlingException"
+	case faults.ServerError:
+		status, typ = 500, "InternalServerError"
+	case faults.Unavailable:
+		status, typ = 503, "ServiceUnavailable"
+	case faults.MissingTable:
+		typ = "ResourceNotFoundException"
+	case faults.AccessDenied:
+		typ = "AccessDeniedException"
+	default:
+		status, typ = 500, "InternalServerError"
+	}
+	return ErrorReply(req, status, typ)
+}
+
+// ErrorReply is a DynamoDB JSON error reply of the given status and type.
+func ErrorReply(req *http.Request, status int, typ string) *http.Response {
+	body := fmt.Sprintf(`{"__type":"com.amazonaws.dynamodb.v20120810#%s","message":"injected %s"}`, typ, typ)
+	return &http.Response{
+		StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {typ}},
+		Body:    io.NopCloser(strings.NewReader(body)),
+		Request: req,
+	}
 }

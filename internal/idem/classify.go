@@ -1,0 +1,132 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Class says what a failure means for retrying it.
+type Class uint8
+
+const (
+	// ClassUnknown: nothing marks the error. Treated as permanent by default
+	// (Options.UnknownAs) and logged with its details.
+	ClassUnknown Class = iota
+	// ClassTransient: a retry may succeed (timeouts, resets, 429/502/503/504, throttling).
+	ClassTransient
+	// ClassPermanent: a retry will fail the same way (validation, 4xx, business rules).
+	ClassPermanent
+	// ClassOutcomeUnknown: a write was sent and no answer came back; it may
+	// have taken effect. Never simply re-run the side effect.
+	ClassOutcomeUnknown
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassPermanent:
+		return "permanent"
+	case ClassOutcomeUnknown:
+		return "outcome_unknown"
+	default:
+		return "unknown"
+	}
+}
+
+// ClassifiedError attaches a class, and optionally a code and a Retry-After,
+// to an error. Actions and drivers return it; the engine reads it with
+// errors.As, never by message text.
+type ClassifiedError struct {
+	Class      Class
+	Code       Code          // optional; stored with permanent failures
+	RetryAfter time.Duration // optional; honoured (capped) before the next try
+	Err        error
+}
+
+func (e *ClassifiedError) Error() string {
+	if e.Err == nil {
+		return e.Class.String() + " error"
+	}
+	return e.Err.Error()
+}
+
+func (e *ClassifiedError) Unwrap() error { return e.Err }
+
+// Transient marks err as transient.
+func Transient(err error) error { return &ClassifiedError{Class: ClassTransient, Err: err} }
+
+// TransientAfter marks err as transient, retryable no sooner than after.
+func TransientAfter(err error, after time.Duration) error {
+	return &ClassifiedError{Class: ClassTransient, RetryAfter: after, Err: err}
+}
+
+// Permanent marks err as permanent.
+func Permanent(err error) error { return &ClassifiedError{Class: ClassPermanent, Err: err} }
+
+// PermanentCode marks err as permanent and gives the code to store with it.
+func PermanentCode(code Code, err error) error {
+	return &ClassifiedError{Class: ClassPermanent, Code: code, Err: err}
+}
+
+// OutcomeUnknown marks err as a write whose outcome is unknown.
+func OutcomeUnknown(err error) error { return &ClassifiedError{Class: ClassOutcomeUnknown, Err: err} }
+
+// Classify returns the class of err, looking through wrapping:
+//   - a *ClassifiedError decides;
+//   - context.DeadlineExceeded, a net.Error that timed out, connection
+//     resets, refusals, broken pipes and unexpected EOFs are transient;
+//   - context.Canceled is transient (the caller gave up; the work may be redone);
+//   - DNS failures, dial failures and unreachable networks are transient:
+//     nothing was sent;
+//   - anything else is ClassUnknown.
+func Classify(err error) Class {
+	if err == nil {
+		return ClassUnknown
+	}
+	if ce, ok := errors.AsType[*ClassifiedError](err); ok {
+		return ce.Class
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return ClassTransient
+	}
+	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return ClassTransient
+	}
+	if oe, ok := errors.AsType[*net.OpError](err); ok && oe.Op == "dial" {
+		return ClassTransient
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, io.ErrUnexpectedEOF):
+		return ClassTransient
+	}
+	return ClassUnknown
+}
+
+// retryAfterOf returns the Retry-After carried by err, or 0.
+func retryAfterOf(err error) time.Duration {
+	if ce, ok := errors.AsType[*ClassifiedError](err); ok {
+		return ce.RetryAfter
+	}
+	return 0
+}
+
+// codeOf returns the code carried by err, or def.
+func codeOf(err error, def Code) Code {
+	if ce, ok := errors.AsType[*ClassifiedError](err); ok && ce.Code != "" {
+		return ce.Code
+	}
+	return def
+}

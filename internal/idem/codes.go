@@ -1,0 +1,116 @@
+package idem
+
+import "time"
+
+// Code is a machine-readable outcome code. Codes are stored with failed
+// records and replayed; adapters map them to their own vocabulary (the API
+// Gateway adapter alone maps them to HTTP statuses).
+type Code string
+
+// The codes of the whole product, engine and adapters alike: this is the one
+// list. Actions may store codes of their own through [PermanentCode] (notify
+// stores HTTP_<status>).
+const (
+	// CodeInvalidKey: the key does not match [KeyPattern]. Nothing runs, nothing is stored.
+	CodeInvalidKey Code = "INVALID_KEY"
+	// CodeInvalidPayload: the payload is not canonicalisable JSON. Nothing runs, nothing is stored.
+	CodeInvalidPayload Code = "INVALID_PAYLOAD"
+	// CodeKeyReused: the key is stored with another payload fingerprint. Nothing runs, nothing is written.
+	CodeKeyReused Code = "KEY_REUSED"
+	// CodeInProgress: another owner holds a live lease on the key. Retryable.
+	CodeInProgress Code = "IN_PROGRESS"
+	// CodePermanentFailure: the action failed permanently (or with an unknown
+	// error, which is treated as permanent by default). Stored and replayed.
+	CodePermanentFailure Code = "PERMANENT_FAILURE"
+	// CodeRetryExhausted: the key's attempt cap was reached on a transient
+	// error. Permanent, stored and replayed.
+	CodeRetryExhausted Code = "RETRY_EXHAUSTED"
+	// CodeTransientFailure: the action failed transiently and the in-call
+	// retries stopped before the cap (time budget, or a Retry-After beyond
+	// the cap). The record is released as retryable.
+	CodeTransientFailure Code = "TRANSIENT_FAILURE"
+	// CodeLeaseLost: the lease was taken over before completion; the result
+	// was discarded. Retryable.
+	CodeLeaseLost Code = "LEASE_LOST"
+	// CodePanic: the action panicked. Permanent, stored and replayed.
+	CodePanic Code = "PANIC"
+	// CodeResultTooLarge: the result does not fit in a record. Permanent, stored.
+	CodeResultTooLarge Code = "RESULT_TOO_LARGE"
+	// CodeStoreUnavailable: the store failed transiently or its outcome is
+	// unknown. Nothing final is known to be stored. Retryable.
+	CodeStoreUnavailable Code = "STORE_UNAVAILABLE"
+	// CodeStoreMisconfigured: the store refused the call for a reason a retry
+	// will not fix (missing table, missing permission). Nothing is stored.
+	CodeStoreMisconfigured Code = "STORE_MISCONFIGURED"
+	// CodeDeadline: too little of the invocation is left for a useful
+	// attempt (see [Budget]). Nothing ran. Retryable.
+	CodeDeadline Code = "DEADLINE"
+	// CodeOutcomeUnknown: the action reported a side effect whose outcome it
+	// cannot know (a write sent with no reply). Stored as a permanent
+	// failure, never re-run.
+	CodeOutcomeUnknown Code = "OUTCOME_UNKNOWN"
+
+	// Adapter codes: what an adapter decided before or around the engine.
+
+	// CodeNotJSON: an SQS body that is not JSON. A poison note is stored.
+	CodeNotJSON Code = "NOT_JSON"
+	// CodeKeyMissing: the key expression gave no key, or a key part is
+	// missing or empty. A poison note is stored.
+	CodeKeyMissing Code = "KEY_MISSING"
+	// CodeInvalidAction: the action part of an event key contains the key
+	// separator, which would make two events share a key. A poison note is
+	// stored.
+	CodeInvalidAction Code = "INVALID_ACTION"
+	// CodeTooLarge: a body larger than the configured limit. Refused before
+	// any store call (API: 413); an SQS body gets a poison note.
+	CodeTooLarge Code = "TOO_LARGE"
+	// CodeFIFOGroupStopped: an earlier record of the same FIFO message group
+	// failed in this batch, so this one was not started (order is kept).
+	CodeFIFOGroupStopped Code = "FIFO_GROUP_STOPPED"
+	// CodeCorruptRecord: a stored result cannot be decoded.
+	CodeCorruptRecord Code = "CORRUPT_RECORD"
+	// CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType: an API
+	// request for another route or method, or with a body declared as
+	// another format. Refused before any store call (404, 405, 415).
+	CodeNotFound             Code = "NOT_FOUND"
+	CodeMethodNotAllowed     Code = "METHOD_NOT_ALLOWED"
+	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
+)
+
+// Error is the error every [Engine.Do] failure is. It says what happened in
+// terms an adapter can act on without reading messages.
+type Error struct {
+	Code      Code
+	Message   string
+	Retryable bool
+	// RetryAfter, when positive, is when a retry may succeed (the lease's end
+	// for IN_PROGRESS, the downstream's Retry-After for transient failures).
+	RetryAfter time.Duration
+	// Err is the underlying cause, when there is one in this process.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, idem.ErrLeaseLost) works through wrapping.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == "" && t.Err == nil
+}
+
+// Sentinels for errors.Is. They match any *Error with the same code.
+var (
+	ErrInvalidKey     = &Error{Code: CodeInvalidKey}
+	ErrKeyReused      = &Error{Code: CodeKeyReused}
+	ErrInProgress     = &Error{Code: CodeInProgress}
+	ErrLeaseLost      = &Error{Code: CodeLeaseLost}
+	ErrRetryExhausted = &Error{Code: CodeRetryExhausted}
+)

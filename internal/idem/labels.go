@@ -1,0 +1,85 @@
+package idem
+
+// Label says, in one word, what happened to one SQS record or one API
+// request. Labels are the metric names of the EMF document and the
+// "outcome" field of each record's log line; adapters return them and never
+// invent their own.
+type Label string
+
+// The labels. Each says whether the message was acknowledged.
+const (
+	// LabelExecuted: the action ran and its success is stored. Acknowledged.
+	LabelExecuted Label = "executed"
+	// LabelReplayed: a stored success was returned without running the
+	// action, or an identical copy in the same batch shared one. Acknowledged.
+	LabelReplayed Label = "replayed"
+	// LabelPermanent: a permanent failure is stored (run now or replayed).
+	// Acknowledged.
+	LabelPermanent Label = "permanent"
+	// LabelRetryExhausted: the per-key attempt cap was reached and
+	// RETRY_EXHAUSTED is stored (run now or replayed). Acknowledged, so the
+	// message never reaches the DLQ: the template alarms on this label.
+	LabelRetryExhausted Label = "retry_exhausted"
+	// LabelPoison: not processable as an event; a poison note is stored.
+	// Acknowledged.
+	LabelPoison Label = "poison"
+	// LabelInProgress: another worker holds the key. Back to the queue.
+	LabelInProgress Label = "in_progress"
+	// LabelTransient: failed transiently; the key is released. Back to the queue.
+	LabelTransient Label = "transient"
+	// LabelLeaseLost: the lease was taken over; the result was discarded.
+	// Back to the queue.
+	LabelLeaseLost Label = "lease_lost"
+	// LabelStoreError: the store failed; nothing is known to be stored.
+	// Back to the queue.
+	LabelStoreError Label = "store_error"
+	// LabelSkipped: not started (too little time left, or an earlier record
+	// of its FIFO group failed). Back to the queue.
+	LabelSkipped Label = "skipped"
+)
+
+// Labels lists every label, in a stable order.
+var Labels = []Label{
+	LabelExecuted, LabelReplayed, LabelPermanent, LabelRetryExhausted, LabelPoison,
+	LabelInProgress, LabelTransient, LabelLeaseLost, LabelStoreError, LabelSkipped,
+}
+
+// Acknowledged reports whether a message with this label may be deleted
+// from its queue: exactly when a record says what happened to it.
+func (l Label) Acknowledged() bool {
+	switch l {
+	case LabelExecuted, LabelReplayed, LabelPermanent, LabelRetryExhausted, LabelPoison:
+		return true
+	}
+	return false
+}
+
+// Label returns the label of an engine outcome. Adapters add what the
+// engine cannot know (poison notes, in-batch copies, FIFO stops).
+func (o Outcome) Label() Label {
+	switch {
+	case o.Err == nil && o.Replayed:
+		return LabelReplayed
+	case o.Err == nil:
+		return LabelExecuted
+	case o.Stored && o.Err.Code == CodeRetryExhausted:
+		return LabelRetryExhausted
+	case o.Stored:
+		return LabelPermanent
+	}
+	switch o.Err.Code {
+	case CodeInProgress:
+		return LabelInProgress
+	case CodeLeaseLost:
+		return LabelLeaseLost
+	case CodeStoreUnavailable, CodeStoreMisconfigured:
+		return LabelStoreError
+	case CodeDeadline:
+		return LabelSkipped
+	case CodeKeyReused, CodeInvalidKey, CodeInvalidPayload:
+		// Refused before anything ran. The SQS adapter stores a poison note
+		// for these; the API adapter answers 4xx.
+		return LabelPoison
+	}
+	return LabelTransient
+}

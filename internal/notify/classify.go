@@ -1,0 +1,95 @@
+package notify
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// StatusError is the error a delivery returns for a non-2xx reply. Build it
+// with [Classifier.Error]; reach it with errors.As.
+type StatusError struct {
+	Status int
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("HTTP %d", e.Status) }
+
+// Classifier maps HTTP replies to idem's classes. Its zero value treats 429,
+// 502, 503 and 504 as transient and every other non-2xx status as permanent
+// (a 500 included: an unknown server error is permanent by default). This is
+// the one place that knows what an HTTP status means for retrying; the
+// domain only sees "transient, retry after d" or "permanent, code c".
+type Classifier struct {
+	// Transient lists the statuses that are transient. Nil means
+	// DefaultTransientStatuses.
+	Transient map[int]bool
+}
+
+// DefaultTransientStatuses returns the statuses the zero Classifier treats
+// as transient: 429, 502, 503, 504.
+func DefaultTransientStatuses() []int { return []int{429, 502, 503, 504} }
+
+var defaultTransient = func() map[int]bool {
+	m := map[int]bool{}
+	for _, s := range DefaultTransientStatuses() {
+		m[s] = true
+	}
+	return m
+}()
+
+// Class returns the class of an HTTP status. 1xx–3xx are not errors and
+// return ClassUnknown; callers check for success first.
+func (c Classifier) Class(status int) idem.Class {
+	transient := c.Transient
+	if transient == nil {
+		transient = defaultTransient
+	}
+	switch {
+	case transient[status]:
+		return idem.ClassTransient
+	case status >= 400:
+		return idem.ClassPermanent
+	default:
+		return idem.ClassUnknown
+	}
+}
+
+// Error returns a classified error for a non-2xx reply: its class from
+// Class, its code "HTTP_<status>", and its Retry-After parsed from the header
+// value (delta-seconds or an HTTP date, relative to now).
+func (c Classifier) Error(status int, retryAfter string, now time.Time) error {
+	return &idem.ClassifiedError{
+		Class:      c.Class(status),
+		Code:       idem.Code(fmt.Sprintf("HTTP_%d", status)),
+		RetryAfter: ParseRetryAfter(retryAfter, now),
+		Err:        &StatusError{Status: status},
+	}
+}
+
+// maxRetryAfter bounds a parsed Retry-After: a downstream asking for more
+// than a day is treated as asking for a day.
+const maxRetryAfter = 24 * time.Hour
+
+// ParseRetryAfter parses a Retry-After header value: delta-seconds or an
+// HTTP date (relative to now). It returns 0 for an empty or malformed value,
+// or a date in the past, and at most a day.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), maxRetryAfter)
+	}
+	return 0
+}
