@@ -1,0 +1,109 @@
+package sqsbatch_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncely/oncely/internal/eventkey"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/sqsbatch"
+)
+
+// canary is put into every fuzzed body: no poison note may ever quote it.
+// It is hex, so no message template of ours can contain it by chance.
+const canary = "c0ffee5eed5ca1ab1e"
+
+// FuzzRecords sends arbitrary bodies and attributes through the adapter
+// and checks the properties that must hold for any input:
+//   - no panic, and an answer for every record (no empty identifiers);
+//   - a message is acknowledged only when the store says what happened: a
+//     stored success, a stored permanent failure, or a poison note;
+//   - poison notes fit (bounded description) and never quote the body.
+//
+// Run longer with: go test -run '^$' -fuzz FuzzRecords ./internal/sqsbatch/
+func FuzzRecords(f *testing.F) {
+	seeds := []struct {
+		body, receive, group string
+		at                   int
+	}{
+		{`{"id":"release-42","action":"notify"}`, "1", "", 7},
+		// Found by this target when join()'s error text reached the note
+		// (odd length: the join() fixture; the canary lands in the id).
+		{`{"id":"","action":null}`, "1", "", 7},
+		{`{"id":{"card":"4111"},"action":"notify"}`, "2", "", 14},
+		{`{"id":["a",{"b":1}],"action":"notify"}`, "x", "", 9},
+		{`{"id":"a1-col","action":"x:notify"}`, "", "", 25},
+		{`{"id":"abc-12345","action":"notify","reply":"transient"}`, "7", "g1", 20},
+		{`{"id":"abc-12345","action":"notify","reply":"permanent"}`, "1", "g1", 0},
+		{`{"id":"abc-12345","action":"notify","action":"notify"}`, "1", "", 3},
+		{`{"id":"\ud800","action":"notify"}`, "1", "", 8},
+		{"\xff\xfe{}", "1", "", 1},
+		{`[1,2]`, "1", "", 1},
+		{`"hello"`, "1", "", 3},
+		{``, "", "", 0},
+		{`{"id":"big","action":"notify","n":123456789012345678901234567890e999999}`, "1", "", 30},
+	}
+	for _, s := range seeds {
+		f.Add(s.body, s.receive, s.group, s.at)
+	}
+	// The default key expression, and the join() form that operators wrote
+	// before it (its errors used to print the values it was given).
+	fxs := []*fixture{newFixture(f), newFixture(f, func(o *sqsbatch.Options) {
+		o.Keys, _ = eventkey.New("join(':', ['evt', id, action])", "")
+	})}
+	f.Fuzz(func(t *testing.T, body, receive, group string, at int) {
+		fx := fxs[len(body)%2]
+		if at < 0 {
+			at = -at
+		}
+		at %= len(body) + 1
+		body = body[:at] + canary + body[at:]
+		ev := events.SQSEvent{Records: []events.SQSMessage{
+			{MessageId: "m-a", ReceiptHandle: "rh-a", Body: body, EventSource: "aws:sqs", EventSourceARN: arn,
+				Attributes: map[string]string{"ApproximateReceiveCount": receive, "MessageGroupId": group}},
+			// A second copy of the same body shares the first one's outcome.
+			{MessageId: "m-b", ReceiptHandle: "rh-b", Body: body, EventSource: "aws:sqs", EventSourceARN: arn,
+				Attributes: map[string]string{"ApproximateReceiveCount": receive, "MessageGroupId": group}},
+		}}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, results, err := fx.h.Handle(ctx, ev)
+		if err != nil || len(results) != 2 {
+			t.Fatalf("Handle = %v, %d results; want an answer per record", err, len(results))
+		}
+		failed := map[string]bool{}
+		for _, f := range resp.BatchItemFailures {
+			if f.ItemIdentifier == "" {
+				t.Fatalf("empty itemIdentifier in %+v", resp)
+			}
+			failed[f.ItemIdentifier] = true
+		}
+		for _, r := range results {
+			if r.Ack() == failed[r.MessageID] {
+				t.Errorf("%s: acknowledged %v but in batchItemFailures %v", r.MessageID, r.Ack(), failed[r.MessageID])
+			}
+			if !r.Ack() {
+				continue
+			}
+			note, noted, _ := fx.store.GetPoison(context.Background(), r.MessageID, time.Now())
+			switch r.Label {
+			case idem.LabelPoison:
+				if !noted {
+					t.Fatalf("%s acknowledged as poison without a note", r.MessageID)
+				}
+				if len(note.Detail) > idem.MaxPoisonDetail || strings.Contains(note.Detail, canary[:9]) {
+					t.Fatalf("note detail %q is too long or quotes the body", note.Detail)
+				}
+			default:
+				rec, found, _ := fx.store.Get(context.Background(), r.Key, time.Now())
+				if !found || (rec.Status != idem.StatusSucceeded && (rec.Status != idem.StatusFailed || rec.Retryable)) {
+					t.Fatalf("%s acknowledged (%s) but the record is %+v (found %v)", r.MessageID, r.Label, rec, found)
+				}
+			}
+		}
+	})
+}

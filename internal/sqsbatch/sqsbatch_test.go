@@ -1,0 +1,292 @@
+package sqsbatch_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/eventkey"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/internal/testing/memstore"
+)
+
+const (
+	arn     = "arn:aws:sqs:us-east-1:123456789012:oncely-events"
+	fifoARN = "arn:aws:sqs:us-east-1:123456789012:oncely-events.fifo"
+)
+
+// recorder is a visibility Changer that records what it is asked, and
+// fails the message ids in fail. (The SQS client itself is tested against
+// moto in package sqsvisibility.)
+type recorder struct {
+	mu      sync.Mutex
+	changes map[string]time.Duration
+	fail    map[string]bool
+}
+
+func (r *recorder) ChangeVisibility(_ context.Context, changes []sqsvisibility.Change) map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	failed := map[string]error{}
+	for _, c := range changes {
+		r.changes[c.MessageID] = c.Timeout
+		if r.fail[c.MessageID] {
+			failed[c.MessageID] = idem.Transient(errors.New("sqs unavailable"))
+		}
+	}
+	return failed
+}
+
+// scripted is the business action: its reply is chosen by the event body's
+// "reply" field.
+func scripted(ctx context.Context, ev action.Event) (action.Result, error) {
+	var b struct{ Reply string }
+	_ = json.Unmarshal(ev.Body, &b)
+	switch b.Reply {
+	case "transient":
+		return action.Result{}, idem.Transient(errors.New("503"))
+	case "retry-after":
+		return action.Result{}, idem.TransientAfter(errors.New("429"), 120*time.Second)
+	case "permanent":
+		return action.Result{}, idem.PermanentCode("HTTP_404", errors.New("404"))
+	case "hang":
+		<-ctx.Done()
+		return action.Result{}, idem.Transient(ctx.Err())
+	}
+	return action.Result{Body: []byte(`{"ok":true}`)}, nil
+}
+
+type fixture struct {
+	store *memstore.Store
+	vis   *recorder
+	h     *sqsbatch.Handler
+	logs  *bytes.Buffer
+}
+
+func newFixture(t testing.TB, mod ...func(*sqsbatch.Options)) *fixture {
+	t.Helper()
+	f := &fixture{store: memstore.New(), vis: &recorder{changes: map[string]time.Duration{}, fail: map[string]bool{}}, logs: &bytes.Buffer{}}
+	logger := slog.New(slog.NewJSONHandler(f.logs, nil))
+	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger,
+		Retry: idem.RetryPolicy{AttemptsPerDelivery: 2, Base: time.Millisecond, Max: time.Millisecond},
+		Sleep: func(context.Context, time.Duration) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := eventkey.New("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := sqsbatch.Options{Engine: engine, Poison: f.store, Action: scripted, Keys: keys, MaxBodyBytes: 4096,
+		Visibility: f.vis, VisibilityPolicy: sqsvisibility.Policy{Base: 10 * time.Second, Max: time.Minute},
+		Random: func() float64 { return 0.999 }, Logger: logger}
+	for _, m := range mod {
+		m(&o)
+	}
+	if f.h, err = sqsbatch.New(o); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+type rec struct {
+	id, body, group string
+	receive         int
+}
+
+func batch(fifo bool, recs ...rec) events.SQSEvent {
+	var ev events.SQSEvent
+	for _, r := range recs {
+		m := events.SQSMessage{MessageId: r.id, ReceiptHandle: "rh-" + r.id, Body: r.body, EventSource: "aws:sqs", EventSourceARN: arn,
+			Attributes: map[string]string{"ApproximateReceiveCount": fmt.Sprint(max(r.receive, 1))}}
+		if fifo {
+			m.EventSourceARN = fifoARN
+			m.Attributes["MessageGroupId"] = r.group
+		}
+		ev.Records = append(ev.Records, m)
+	}
+	return ev
+}
+
+func event(id, reply string) string {
+	return fmt.Sprintf(`{"id":%q,"action":"notify","reply":%q}`, id, reply)
+}
+
+// TestOutcomes is the adapter's table: what each outcome means for the
+// message (acknowledged or not), its label, code and requested visibility.
+func TestOutcomes(t *testing.T) {
+	tests := []struct {
+		name       string
+		body       string
+		receive    int
+		setup      func(*fixture)
+		label      idem.Label
+		code       idem.Code
+		ack        bool
+		visibility time.Duration
+	}{
+		{name: "success", body: event("ok-00001", ""), label: idem.LabelExecuted, ack: true},
+		{name: "transient: backoff on the first receive", body: event("tr-00001", "transient"), label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 10 * time.Second},
+		{name: "transient: backoff grows with the receive count", body: event("tr-00002", "transient"), receive: 3, label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 40 * time.Second},
+		{name: "transient on the 50th receive: still not acknowledged", body: event("tr-00003", "transient"), receive: 50, label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: time.Minute},
+		{name: "downstream Retry-After", body: event("ra-00001", "retry-after"), label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 120 * time.Second},
+		{name: "permanent", body: event("pe-00001", "permanent"), label: idem.LabelPermanent, code: "HTTP_404", ack: true},
+		{name: "in progress: the lease's time left", body: event("ip-00001", ""), label: idem.LabelInProgress, code: idem.CodeInProgress,
+			setup: func(f *fixture) {
+				now := time.Now()
+				r, _ := idem.NewRequest("evt:ip-00001:notify", []byte(event("ip-00001", "")))
+				_, _, _ = f.store.Reserve(context.Background(), idem.Reservation{Key: r.Key, Fingerprint: r.Fingerprint, Token: "other",
+					Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Hour)})
+			}, visibility: 32 * time.Second},
+		{name: "replay of a success", body: event("rp-00001", ""), label: idem.LabelReplayed, ack: true,
+			setup: func(f *fixture) { f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("rp-00001", "")})) }},
+		{name: "not JSON", body: `{"id":`, label: idem.LabelPoison, code: idem.CodeNotJSON, ack: true},
+		{name: "no key", body: `{"action":"notify"}`, label: idem.LabelPoison, code: idem.CodeKeyMissing, ack: true},
+		{name: "ambiguous action", body: `{"id":"a1-col","action":"x:notify"}`, label: idem.LabelPoison, code: idem.CodeInvalidAction, ack: true},
+		{name: "too large", body: `{"id":"big-00001","action":"notify","pad":"` + strings.Repeat("x", 5000) + `"}`, label: idem.LabelPoison, code: idem.CodeTooLarge, ack: true},
+		{name: "key reused with another payload", body: event("ku-00001", "x"), label: idem.LabelPoison, code: idem.CodeKeyReused, ack: true,
+			setup: func(f *fixture) { f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("ku-00001", "")})) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			if tt.setup != nil {
+				tt.setup(f)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			resp, results, err := f.h.Handle(ctx, batch(false, rec{id: "m1", body: tt.body, receive: tt.receive}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := results[0]
+			if r.Label != tt.label || r.Code != tt.code || r.Ack() != tt.ack {
+				t.Errorf("got label %s code %s ack %v; want %s %s %v", r.Label, r.Code, r.Ack(), tt.label, tt.code, tt.ack)
+			}
+			inFailures := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "m1"
+			if inFailures == tt.ack {
+				t.Errorf("batchItemFailures %v; want m1 there exactly when not acknowledged", resp.BatchItemFailures)
+			}
+			if got := f.vis.changes["m1"]; got != tt.visibility || r.Visibility != tt.visibility {
+				t.Errorf("visibility requested %v (result %v); want %v", got, r.Visibility, tt.visibility)
+			}
+			if tt.label == idem.LabelPoison {
+				if _, ok, _ := f.store.GetPoison(context.Background(), "m1", time.Now()); !ok {
+					t.Errorf("acknowledged as poison without a stored note")
+				}
+			}
+		})
+	}
+}
+
+// A failed visibility change never changes the outcome: the message is
+// still in batchItemFailures, and the failure is logged and reported.
+func TestVisibilityFailureKeepsTheOutcome(t *testing.T) {
+	f := newFixture(t)
+	f.vis.fail["m1"] = true
+	resp, results, err := f.h.Handle(context.Background(), batch(false, rec{id: "m1", body: event("vf-00001", "transient")}, rec{id: "m2", body: event("vf-00002", "transient")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 2 || results[0].Label != idem.LabelTransient || results[0].VisibilityErr == nil || results[1].VisibilityErr != nil {
+		t.Fatalf("got %+v / %+v; want both failed, only m1's change failed", resp, results)
+	}
+	if !strings.Contains(f.logs.String(), "visibility not changed") {
+		t.Errorf("the failed change is not logged: %s", f.logs.String())
+	}
+}
+
+// In a FIFO queue the failed records of a group come back together, at the
+// delay of the group's first failure, so the group keeps its order.
+func TestFIFOGroupSharesTheFirstFailuresVisibility(t *testing.T) {
+	f := newFixture(t)
+	resp, results, err := f.h.Handle(context.Background(), batch(true,
+		rec{id: "a1", group: "A", body: event("fa-00001", "")},
+		rec{id: "a2", group: "A", body: event("fa-00002", "retry-after")},
+		rec{id: "a3", group: "A", body: event("fa-00003", "")},
+		rec{id: "b1", group: "B", body: event("fb-00001", "transient"), receive: 2},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{"a2": 120 * time.Second, "a3": 120 * time.Second, "b1": 20 * time.Second}
+	if diff := cmp.Diff(want, f.vis.changes); diff != "" {
+		t.Errorf("visibility by message (-want +got):\n%s", diff)
+	}
+	if results[2].Code != idem.CodeFIFOGroupStopped || len(resp.BatchItemFailures) != 3 {
+		t.Errorf("got %+v; want a3 stopped behind a2, three failures", results)
+	}
+}
+
+// Without a Changer (SQS_BACKOFF=off) the queue's own timeout applies.
+func TestVisibilityOff(t *testing.T) {
+	f := newFixture(t, func(o *sqsbatch.Options) { o.Visibility = nil })
+	_, results, _ := f.h.Handle(context.Background(), batch(false, rec{id: "m1", body: event("off-00001", "transient")}))
+	if results[0].Visibility != 0 || len(f.vis.changes) != 0 {
+		t.Errorf("visibility %v, changes %v; want none", results[0].Visibility, f.vis.changes)
+	}
+}
+
+// Poison notes hold a code, a short description, the body's digest and
+// size: never the body. A huge body still gets a note that fits.
+func TestPoisonNotesNeverHoldTheBody(t *testing.T) {
+	f := newFixture(t, func(o *sqsbatch.Options) { o.MaxBodyBytes = 1 << 20 })
+	card := "4111111111111111"
+	var big strings.Builder
+	big.WriteString(`{"action":"notify","id":[`)
+	for i := range 20000 {
+		if i > 0 {
+			big.WriteString(",")
+		}
+		fmt.Fprintf(&big, `{"c":"%s"}`, card)
+	}
+	big.WriteString("]}")
+	bodies := map[string]string{
+		"card in an object id": `{"id":{"card":"` + card + `"},"action":"notify"}`,
+		"card in the action":   `{"id":"order-7","action":{"card":"` + card + `"}}`,
+		"huge array id":        big.String(),
+		"card, not JSON":       `{"card":"` + card,
+	}
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			_, results, _ := f.h.Handle(context.Background(), batch(false, rec{id: name, body: body}))
+			note, ok, _ := f.store.GetPoison(context.Background(), name, time.Now())
+			if !ok || !results[0].Ack() {
+				t.Fatalf("no note stored or not acknowledged: %+v", results[0])
+			}
+			if strings.Contains(note.Detail, card[:8]) || len(note.Detail) > idem.MaxPoisonDetail || note.BodySize != len(body) || len(note.BodySHA256) != 64 {
+				t.Errorf("note %+v; want a bounded detail without the card, the body's size %d and digest", note, len(body))
+			}
+		})
+	}
+}
+
+func TestMissingMessageIDFailsTheBatch(t *testing.T) {
+	f := newFixture(t)
+	ev := batch(false, rec{id: "m1", body: event("mid-0001", "")})
+	ev.Records[0].MessageId = ""
+	if _, _, err := f.h.Handle(context.Background(), ev); err == nil {
+		t.Fatal("a record without messageId was answered record by record")
+	}
+}
+
+func TestNewNamesMissingOptions(t *testing.T) {
+	for _, o := range []sqsbatch.Options{{}, {Engine: &idem.Engine{}}, {Engine: &idem.Engine{}, Poison: memstore.New()}, {Engine: &idem.Engine{}, Poison: memstore.New(), Action: scripted}} {
+		if _, err := sqsbatch.New(o); err == nil || !strings.Contains(err.Error(), "required") {
+			t.Errorf("New(%+v) = %v; want an error naming the missing option", o, err)
+		}
+	}
+}
