@@ -152,13 +152,17 @@ func TestOutcomes(t *testing.T) {
 					Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Hour)})
 			}, visibility: 32 * time.Second},
 		{name: "replay of a success", body: event("rp-00001", ""), label: idem.LabelReplayed, ack: true,
-			setup: func(f *fixture) { f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("rp-00001", "")})) }},
+			setup: func(f *fixture) {
+				f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("rp-00001", "")}))
+			}},
 		{name: "not JSON", body: `{"id":`, label: idem.LabelPoison, code: idem.CodeNotJSON, ack: true},
 		{name: "no key", body: `{"action":"notify"}`, label: idem.LabelPoison, code: idem.CodeKeyMissing, ack: true},
 		{name: "ambiguous action", body: `{"id":"a1-col","action":"x:notify"}`, label: idem.LabelPoison, code: idem.CodeInvalidAction, ack: true},
 		{name: "too large", body: `{"id":"big-00001","action":"notify","pad":"` + strings.Repeat("x", 5000) + `"}`, label: idem.LabelPoison, code: idem.CodeTooLarge, ack: true},
 		{name: "key reused with another payload", body: event("ku-00001", "x"), label: idem.LabelPoison, code: idem.CodeKeyReused, ack: true,
-			setup: func(f *fixture) { f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("ku-00001", "")})) }},
+			setup: func(f *fixture) {
+				f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("ku-00001", "")}))
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
