@@ -83,7 +83,7 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	var err error
 	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
 		DynamoDB: moto, Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds,
-		Extra: append([]string{"NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
+		Extra: append([]string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
 	}.Env()})
 	if err != nil {
 		t.Fatal(err)

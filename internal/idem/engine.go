@@ -284,17 +284,17 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		if p.keyCapReached(out.Attempts) {
 			return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
 		}
-		if out.Calls >= p.attemptsPerDelivery() {
-			// This delivery's attempts are used: release the key, and let
-			// the queue bring the event back (its redrive policy decides
-			// when to give up).
-			return e.release(sctx, out, res, err, 0)
-		}
 		delay, ok := p.Delay(out.Calls, retryAfterOf(err), e.o.Random())
 		if !ok {
 			// The downstream asked for a pause longer than we sleep in-call:
 			// hand its Retry-After to the caller, who honours it.
 			return e.release(sctx, out, res, err, delay)
+		}
+		if out.Calls >= p.attemptsPerDelivery() {
+			// This delivery's attempts are used: release the key, and let
+			// the queue bring the event back (its redrive policy decides
+			// when to give up).
+			return e.release(sctx, out, res, err, 0)
 		}
 		if e.o.Now().Add(delay).After(workEnd) || (p.MaxSleep > 0 && slept+delay > p.MaxSleep) {
 			return e.release(sctx, out, res, err, 0)

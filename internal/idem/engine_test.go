@@ -660,6 +660,12 @@ func TestLongRetryAfterIsHandedToTheCaller(t *testing.T) {
 	if !errors.As(err, &e) || e.RetryAfter != 120*time.Second || out.Stored || len(out.Delays) != 0 {
 		t.Fatalf("got %v delays %v; want a released failure carrying RetryAfter 120s, nothing slept", err, out.Delays)
 	}
+	// On the delivery's last attempt too.
+	g := newFixture(t, func(o *idem.Options) { o.Retry.AttemptsPerDelivery = 2 })
+	act = &counter{script: []error{idem.Transient(errBoom), idem.TransientAfter(errBoom, 90*time.Second)}}
+	if _, err := g.engine.Do(context.Background(), req(t, "evt:ra-4:notify", `{}`), act.run); !errors.As(err, &e) || e.RetryAfter != 90*time.Second {
+		t.Errorf("last attempt: %v; want RetryAfter 90s handed over", err)
+	}
 }
 
 // Every store call, and the action, run within the invocation's budget:

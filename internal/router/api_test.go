@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -197,5 +198,45 @@ func TestAPICallerScope(t *testing.T) {
 	}
 	if n := h.down.Count(clientKey); n != 0 {
 		t.Errorf("the raw client key reached the downstream %d times; want 0", n)
+	}
+}
+
+// SAM's own sample HTTP API event (sam local generate-event apigateway
+// http-api-proxy: route $default, POST /path/to/resource), given an
+// Idempotency-Key: not our route, so 404 and no store or webhook call.
+func TestAPIOtherRoutesAreRefusedBeforeAnyWork(t *testing.T) {
+	raw, err := os.ReadFile("testdata/sam-http-api-proxy.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sample events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &sample); err != nil {
+		t.Fatal(err)
+	}
+	sample.Headers["idempotency-key"] = clientKey
+	sample.Headers["content-type"] = "application/json"
+	sample.Body, sample.IsBase64Encoded = apiBody, false
+	get := apiRequest(t, clientKey, apiBody, func(r *events.APIGatewayV2HTTPRequest) {
+		r.RouteKey, r.RequestContext.RouteKey, r.RequestContext.HTTP.Method = "$default", "$default", "GET"
+	})
+	other := apiRequest(t, clientKey, apiBody, func(r *events.APIGatewayV2HTTPRequest) {
+		r.RouteKey, r.RequestContext.RouteKey, r.RawPath = "POST /other", "POST /other", "/other"
+	})
+	samPayload, _ := json.Marshal(sample)
+	for name, tc := range map[string]struct {
+		payload []byte
+		status  int
+	}{"SAM sample": {samPayload, 404}, "GET /events": {get, 405}, "POST /other": {other, 404}} {
+		h := newHarness(t)
+		resp := h.api(context.Background(), tc.payload)
+		if resp.StatusCode != tc.status || resp.Headers["Content-Type"] != "application/problem+json" {
+			t.Errorf("%s: %d %v; want %d problem+json", name, resp.StatusCode, resp.Headers, tc.status)
+		}
+		if tc.status == 405 && resp.Headers["Allow"] != "POST" {
+			t.Errorf("%s: Allow %q; want POST", name, resp.Headers["Allow"])
+		}
+		if h.counter.Total() != 0 || h.down.Total() != 0 {
+			t.Errorf("%s: %d store calls, %d deliveries; want none", name, h.counter.Total(), h.down.Total())
+		}
 	}
 }

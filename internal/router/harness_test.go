@@ -126,7 +126,9 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, Keys: keys, MaxConcurrency: 4, Visibility: o.visibility, Logger: logger})
+	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, Keys: keys, MaxConcurrency: 4,
+		Visibility: o.visibility, VisibilityPolicy: sqsvisibility.Policy{Base: 10 * time.Second, Max: 80 * time.Second},
+		Random: func() float64 { return 0.999 }, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -333,11 +333,24 @@ func TestOneEMFDocumentPerInvocation(t *testing.T) {
 	}
 }
 
-func TestUnsupportedEventIsAnError(t *testing.T) {
+// An invocation the function cannot route fails with an error that says
+// what it accepts and what it got (not a Go unmarshalling message).
+func TestUnsupportedEventSaysWhatItGot(t *testing.T) {
 	h := newHarness(t)
-	for _, payload := range []string{`{"hello":"world"}`, `[1,2]`, `not json`} {
-		if _, err := h.router.Invoke(context.Background(), []byte(payload)); err == nil {
-			t.Errorf("Invoke(%s) succeeded; want an error", payload)
+	for payload, got := range map[string]string{
+		`{"hello":"world"}`:     "an object with members [hello]",
+		`[1,2]`:                 "a JSON array of 2 elements",
+		`"hello"`:               "a JSON string",
+		`42`:                    "a JSON number",
+		`null`:                  "null",
+		`not json`:              "not JSON",
+		`{"Records":"x"}`:       "an object with members [Records]",
+		`{"Records":[{"x":1}]}`: "an object with members [Records]",
+	} {
+		_, err := h.router.Invoke(context.Background(), []byte(payload))
+		if err == nil || !strings.Contains(err.Error(), "SQS event") || !strings.Contains(err.Error(), "HTTP API") || !strings.Contains(err.Error(), got) ||
+			strings.Contains(err.Error(), "router.shape") {
+			t.Errorf("Invoke(%s) = %v; want an error naming what the function accepts and %q", payload, err, got)
 		}
 	}
 }

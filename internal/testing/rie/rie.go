@@ -267,6 +267,7 @@ func PeakRSS(pid int) (int64, error) {
 // gets under the emulator, against a local DynamoDB and a local downstream.
 type Local struct {
 	DynamoDB       string // endpoint of the local DynamoDB (moto)
+	SQS            string // endpoint of the local SQS; empty means DynamoDB's (moto serves both)
 	Table          string
 	DownstreamURL  string
 	Name           string // AWS_LAMBDA_FUNCTION_NAME, the default namespace
@@ -278,10 +279,14 @@ type Local struct {
 // function's identity and timeout, its required variables, then Extra
 // (later entries win).
 func (l Local) Env() []string {
+	sqs := l.SQS
+	if sqs == "" {
+		sqs = l.DynamoDB
+	}
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_ENDPOINT_URL_DYNAMODB=" + l.DynamoDB,
+		"AWS_ENDPOINT_URL_DYNAMODB=" + l.DynamoDB, "AWS_ENDPOINT_URL_SQS=" + sqs,
 		"AWS_LAMBDA_FUNCTION_NAME=" + l.Name,
 		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(l.TimeoutSeconds),
 		"IDEMPOTENCY_TABLE=" + l.Table,

@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
+	"github.com/oncely/oncely/internal/testing/sqslocal"
+)
+
+// recordLines returns the function's per-record log lines for messageID.
+func (f *fn) recordLines(messageID string) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(f.emu.Log(), "\n") {
+		i := strings.IndexByte(line, '{')
+		if i < 0 {
+			continue
+		}
+		var l map[string]any
+		if json.Unmarshal([]byte(line[i:]), &l) == nil && l["message"] == "record" && l["messageId"] == messageID {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// A webhook down for longer than the in-call attempts: each delivery fails
+// and the function sends the message back with a growing visibility, set on
+// the real queue. The test stands in for the event source: it checks what
+// the function asked for and that the queue honoured it, then makes the
+// message visible again instead of waiting it out. Once the webhook heals,
+// the next delivery runs the action once and is acknowledged.
+func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
+	f := start(t, 10, "SQS_BACKOFF_BASE=2s", "SQS_BACKOFF_MAX=16s", "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY=2")
+	q := sqslocal.NewQueue(t, sqslocal.Client(ddblocal.MotoEndpoint(t)), false, nil)
+	outage := make([]fakewebhook.Reply, 8)
+	for i := range outage {
+		outage[i] = fakewebhook.Reply{Status: 503}
+	}
+	f.down.Script(key42, outage...)
+	id := q.Send(t, body42, "")
+	var requested []int
+	for delivery := 1; delivery <= 5; delivery++ {
+		recs := q.Receive(t, 1, 30)
+		if len(recs) != 1 {
+			t.Fatalf("delivery %d: received %d messages; want 1", delivery, len(recs))
+		}
+		payload, _ := json.Marshal(events.SQSEvent{Records: recs})
+		failedIDs := f.sqs(payload)
+		lines := f.recordLines(id)
+		if len(lines) != delivery {
+			t.Fatalf("delivery %d: %d record lines for %s; want one per delivery", delivery, len(lines), id)
+		}
+		last := lines[len(lines)-1]
+		if delivery <= 4 {
+			if len(failedIDs) != 1 || last["outcome"] != "transient" {
+				t.Fatalf("delivery %d: failures %v, outcome %v; want the message back, transient", delivery, failedIDs, last["outcome"])
+			}
+			requested = append(requested, int(last["visibility_s"].(float64)))
+			// The queue honours the request: the message is hidden now.
+			if got := q.Receive(t, 1, 30); len(got) != 0 {
+				t.Fatalf("delivery %d: the message is visible right after the function hid it for %d s", delivery, requested[len(requested)-1])
+			}
+			// Instead of waiting the delay out, make it visible again.
+			if _, err := q.Client.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
+				QueueUrl: &q.URL, ReceiptHandle: aws.String(recs[0].ReceiptHandle), VisibilityTimeout: 0,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if len(failedIDs) != 0 || last["outcome"] != "executed" {
+			t.Fatalf("delivery %d after healing: failures %v, outcome %v; want executed and acknowledged", delivery, failedIDs, last["outcome"])
+		}
+	}
+	// 2 s base doubling to the 16 s cap, each in [d/2, d], whole seconds.
+	for i, d := range requested {
+		c := min(2<<i, 16)
+		if d < c/2 || d > c {
+			t.Errorf("delivery %d: visibility %d s; want within [%d, %d]", i+1, d, c/2, c)
+		}
+	}
+	if requested[3] <= requested[0] {
+		t.Errorf("visibility %v does not grow", requested)
+	}
+	if n := f.down.Count(key42); n != 9 {
+		t.Errorf("webhook calls %d; want 9 (4 deliveries × 2 failed attempts, then 1 success)", n)
+	}
+	rec := f.record(key42)
+	if s(rec, "status") != "SUCCEEDED" || s(rec, "attempts") != "9" {
+		t.Errorf("record status %s attempts %s; want SUCCEEDED after 9 attempts", s(rec, "status"), s(rec, "attempts"))
+	}
+	t.Logf("visibility requested per failed delivery (s): %v", requested)
+}
+
+// NOTIFY_TIMEOUT longer than the function's timeout: the record still runs
+// (the request is cut to the time left), and the misconfiguration is logged
+// once per container, naming both values.
+func TestE2ENotifyTimeoutLongerThanTheFunctionsIsWarnedOnce(t *testing.T) {
+	f := start(t, 3, "NOTIFY_TIMEOUT=10s")
+	f.down.Script(key42, fakewebhook.Reply{Hang: true})
+	ids := f.sqs(sqsBatch(t, [2]string{"m1", body42}))
+	if len(ids) != 1 || f.down.Count(key42) != 1 {
+		t.Fatalf("failures %v, webhook calls %d; want the record run once and sent back", ids, f.down.Count(key42))
+	}
+	if ids := f.sqs(sqsBatch(t, [2]string{"m2", `{"id":"release-43","action":"notify"}`})); len(ids) != 0 {
+		t.Fatalf("second invocation failures %v", ids)
+	}
+	if n := strings.Count(f.emu.Log(), "misconfiguration: NOTIFY_TIMEOUT (10s) is longer than an invocation leaves for work"); n != 1 {
+		t.Errorf("%d misconfiguration warnings; want exactly one per container:\n%s", n, f.emu.Log())
+	}
+	if !strings.Contains(f.emu.Log(), `"function_timeout":"3s"`) {
+		t.Errorf("the warning does not name the function's timeout:\n%s", f.emu.Log())
+	}
+	lines := f.recordLines("m1")
+	if len(lines) != 1 || lines[0]["outcome"] != "transient" {
+		t.Fatalf("record lines %v; want one transient outcome (the request cut to the time left)", lines)
+	}
+}
+
+// An old variable whose meaning changed fails init with one line naming
+// its replacements.
+func TestE2ERetiredVariableFailsInit(t *testing.T) {
+	f := start(t, 10, "IDEMPOTENCY_MAX_ATTEMPTS=3")
+	body, err := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "batchItemFailures") {
+		t.Fatalf("a misconfigured function answered %q", body)
+	}
+	want := "config: IDEMPOTENCY_MAX_ATTEMPTS: it is no longer read: set IDEMPOTENCY_ATTEMPTS_PER_DELIVERY"
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(f.emu.Log(), want); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("init error does not name the replacements:\n%s", f.emu.Log())
+		}
+	}
+}
