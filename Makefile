@@ -17,20 +17,29 @@ PIP_FLAGS   := -q --disable-pip-version-check --no-input
 # and the emulator. The REQUIRE variables turn a missing one into a failure.
 TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_TEST_RIE=$(RIE)
 
-.PHONY: test unit go-test demo walkthrough bench vet fmt-check tools clean host-bootstrap
+.PHONY: help test unit demo walkthrough bench vet fmt-check tools clean host-bootstrap
+
+## help: list the targets
+help:
+	@grep -hE '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk '{i = index($$0, ": "); printf "  %-22s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2)}'
 
 ## test: every check and every test (what .ci/run calls)
 test: fmt-check vet tools
 	$(MAKE) --no-print-directory sam-check
 	$(TEST_ENV) tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
+	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26)
+	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run TestAgainstJSONText ./internal/canonjson/
 
 ## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
 unit:
 	$(GO) test -race -count=1 ./...
 
+## vet: go vet, and the canonjson differential test's build under GOEXPERIMENT=jsonv2
 vet:
 	$(GO) vet ./...
+	GOEXPERIMENT=jsonv2 $(GO) vet ./internal/canonjson/
 
+## fmt-check: gofmt has nothing to change
 fmt-check:
 	@out=$$(gofmt -l $$(find . -path ./.tools -prune -o -name '*.go' -print)); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -84,6 +93,7 @@ bench:
 walkthrough:
 	$(GO) run ./cmd/walkthrough
 
+## clean: remove the installed tools and build outputs
 clean:
 	rm -rf $(TOOLS) .aws-sam bin
 

@@ -397,7 +397,7 @@ func invokeOK(ctx context.Context, emu *rie.Emulator, payload []byte) error {
 }
 
 func cpuSeconds(pid int) (float64, error) {
-	st, err := rie.ReadStat(pid)
+	st, err := readStat(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -454,7 +454,7 @@ func endToEnd(ctx context.Context, moto, rieBin, boot string, total, runs int) (
 			}
 		}
 		cpu2, _ := cpuSeconds(pid)
-		peak, _ := rie.PeakRSS(pid)
+		peak, _ := peakRSS(pid)
 		if pid != emu.RuntimePID() {
 			emu.Stop()
 			return nil, errors.New("the runtime restarted during the run")

@@ -3,10 +3,17 @@
 // integers. It exists so that a payload's fingerprint does not change with
 // object key order or insignificant whitespace.
 //
-// Why not a library: the RFC 8785 libraries for Go parse every number into an
+// Why hand-written: the RFC 8785 libraries for Go parse every number into an
 // IEEE-754 double, so 12345678901234567891 and 12345678901234567892 come out
-// identical. Event ids of 19 digits are common, and two payloads that differ
-// in such an id must not share a fingerprint.
+// identical, and event ids of 19 digits are common. The standard library's
+// encoding/json/jsontext (behind GOEXPERIMENT=jsonv2 in Go 1.26) can keep
+// integers as written, with Value.Canonicalize(CanonicalizeRawInts(false));
+// its default rounds them. While it is experimental this package stays, and
+// jsontext_test.go checks the two against each other (the RFC vectors, the
+// fuzz seeds, and a differential fuzz target): they agree everywhere except
+// a number beyond the largest double, which jsontext saturates to
+// 1.7976931348623157e+308 and this package refuses, so that two different
+// huge numbers never share a fingerprint.
 //
 // The rules:
 //   - Objects: members sorted by the UTF-16 code units of their names (RFC 8785

@@ -209,8 +209,8 @@ func sessionPIDs(sid int) []int {
 		if err != nil {
 			continue
 		}
-		st, err := ReadStat(pid)
-		if err != nil || st.Session != sid || st.State == "Z" {
+		state, session, err := procState(pid)
+		if err != nil || session != sid || state == "Z" {
 			continue
 		}
 		out = append(out, pid)
@@ -218,49 +218,25 @@ func sessionPIDs(sid int) []int {
 	return out
 }
 
-// Stat is the part of /proc/<pid>/stat the tools here use.
-type Stat struct {
-	State     string
-	Session   int
-	UserTicks int64 // utime, in clock ticks
-	SysTicks  int64 // stime, in clock ticks
-}
-
-// ReadStat reads /proc/<pid>/stat.
-func ReadStat(pid int) (Stat, error) {
+// procState reads a process's state and session from /proc/<pid>/stat.
+func procState(pid int) (state string, session int, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return Stat{}, err
+		return "", 0, err
 	}
 	// The command name is in parentheses and may hold spaces: split after it.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return Stat{}, fmt.Errorf("malformed stat for %d", pid)
+		return "", 0, fmt.Errorf("malformed stat for %d", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return Stat{}, fmt.Errorf("short stat for %d", pid)
+	if len(f) < 4 {
+		return "", 0, fmt.Errorf("short stat for %d", pid)
 	}
-	atoi := func(x string) int64 { n, _ := strconv.ParseInt(x, 10, 64); return n }
 	// Fields after the name start at field 3 (state): index = field-3.
-	return Stat{State: f[0], Session: int(atoi(f[3])), UserTicks: atoi(f[11]), SysTicks: atoi(f[12])}, nil
-}
-
-// PeakRSS returns VmHWM of pid in bytes.
-func PeakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM for %d", pid)
+	session, err = strconv.Atoi(f[3])
+	return f[0], session, err
 }
 
 // Local describes the function run locally: the environment a bootstrap
