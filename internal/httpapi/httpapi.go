@@ -42,15 +42,12 @@ const (
 // and the caller scope.
 const maxClientKey = 100
 
-// DefaultMaxBodyBytes is SQS's message limit, so that both paths accept the
-// same events.
-const DefaultMaxBodyBytes = 1 << 20
-
 // Options configure a Handler. Engine and Action are required.
 type Options struct {
 	Engine *idem.Engine
 	Action action.Func
-	// MaxBodyBytes refuses larger bodies with 413. Zero means DefaultMaxBodyBytes.
+	// MaxBodyBytes refuses larger bodies with 413. Zero means
+	// idem.DefaultMaxEventBytes.
 	MaxBodyBytes int
 	Now          func() time.Time
 	Logger       *slog.Logger
@@ -65,7 +62,7 @@ func New(o Options) (*Handler, error) {
 		return nil, errors.New("httpapi: Options.Engine and Options.Action are required")
 	}
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
+		o.MaxBodyBytes = idem.DefaultMaxEventBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now

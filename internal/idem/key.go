@@ -27,6 +27,11 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// DefaultMaxEventBytes is the largest event body accepted by default, on
+// every path: SQS's own message limit (1 MiB since 2026), so that the queue
+// and the API accept the same events.
+const DefaultMaxEventBytes = 1 << 20
+
 // KeySeparator joins the parts of a key built by [JoinKey].
 const KeySeparator = ':'
 

@@ -32,13 +32,8 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// Defaults for [Options].
-const (
-	DefaultMaxConcurrency = 10
-	// DefaultMaxBodyBytes is SQS's own message limit (1 MiB since 2026), so
-	// the SQS and API paths accept the same events.
-	DefaultMaxBodyBytes = 1 << 20
-)
+// DefaultMaxConcurrency is Options.MaxConcurrency's default.
+const DefaultMaxConcurrency = 10
 
 // Options configure a Handler. Engine, Poison, Action and Keys are required.
 type Options struct {
@@ -50,7 +45,7 @@ type Options struct {
 	// (FIFO) processed at once. Zero means DefaultMaxConcurrency.
 	MaxConcurrency int
 	// MaxBodyBytes refuses larger bodies with a TOO_LARGE poison note.
-	// Zero means DefaultMaxBodyBytes.
+	// Zero means idem.DefaultMaxEventBytes.
 	MaxBodyBytes int
 	// Visibility, if set, gives each message that goes back to the queue
 	// its own delay (VisibilityPolicy). Nil leaves the queue's timeout.
@@ -85,7 +80,7 @@ func New(o Options) (*Handler, error) {
 		o.MaxConcurrency = DefaultMaxConcurrency
 	}
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
+		o.MaxBodyBytes = idem.DefaultMaxEventBytes
 	}
 	if o.PoisonRetention <= 0 {
 		o.PoisonRetention = idem.DefaultRetention
