@@ -350,7 +350,7 @@ func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, res
 // returns the outcome carrying it.
 func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool) Outcome {
 	failure.Retryable = retryable
-	failure.Message = truncate(failure.Message, maxMessageLen)
+	failure.Message = Truncate(failure.Message, maxMessageLen)
 	f := e.finish(res, out.Attempts)
 	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
 	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {
@@ -409,9 +409,9 @@ func (e *Engine) storeError(op string, err error) *Error {
 	return &Error{Code: CodeStoreUnavailable, Message: op + ": " + err.Error(), Retryable: true, Err: err}
 }
 
-// truncate cuts s to at most n bytes without splitting a character, so a
+// Truncate cuts s to at most n bytes without splitting a character, so a
 // stored message replays byte for byte.
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -319,7 +318,7 @@ func (b *batch) poison(ctx context.Context, res Result, body []byte, why error) 
 	sctx, cancel := h.o.Engine.Budget().StoreContext(ctx)
 	defer cancel()
 	err := h.o.Poison.RecordPoison(sctx, idem.Poison{
-		ID: res.MessageID, Reason: code, Detail: truncate(detail, idem.MaxPoisonDetail),
+		ID: res.MessageID, Reason: code, Detail: idem.Truncate(detail, idem.MaxPoisonDetail),
 		BodySHA256: hex.EncodeToString(sum[:]), BodySize: len(body),
 		At: now, ExpiresAt: now.Add(h.o.PoisonRetention),
 	})
@@ -385,15 +384,4 @@ func receiveCount(m events.SQSMessage) int {
 		return 1
 	}
 	return n
-}
-
-// truncate cuts s to at most n bytes on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
