@@ -8,6 +8,7 @@ PYTHON ?= python3
 TOOLS       := $(CURDIR)/.tools
 VENV_MOTO   := $(TOOLS)/venv-moto
 VENV_SAM    := $(TOOLS)/venv-sam
+VENV_VERIFY := $(TOOLS)/venv-verify
 RIE         := $(TOOLS)/bin/aws-lambda-rie
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 HOST_BOOTSTRAP := $(TOOLS)/host/bootstrap
@@ -15,7 +16,7 @@ PIP_FLAGS   := -q --disable-pip-version-check --no-input
 
 # What the Go tests need from outside: moto (started by tools/with-moto.sh)
 # and the emulator. The REQUIRE variables turn a missing one into a failure.
-TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_TEST_RIE=$(RIE)
+TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_TEST_RIE=$(RIE) IDEM_TEST_WEBHOOK_VERIFIER=$(VENV_VERIFY)/bin/python
 
 .PHONY: help test unit demo walkthrough bench vet fmt-check tools clean host-bootstrap
 
@@ -46,7 +47,7 @@ fmt-check:
 
 ## tools: the pinned tools, installed in parallel
 tools:
-	$(MAKE) --no-print-directory -j3 $(VENV_MOTO)/.installed $(VENV_SAM)/.installed $(RIE)
+	$(MAKE) --no-print-directory -j3 $(VENV_MOTO)/.installed $(VENV_SAM)/.installed $(VENV_VERIFY)/.installed $(RIE)
 
 $(VENV_MOTO)/.installed: tools/requirements-moto.txt
 	rm -rf $(VENV_MOTO)
@@ -58,6 +59,12 @@ $(VENV_SAM)/.installed: tools/requirements-sam.txt
 	rm -rf $(VENV_SAM)
 	$(PYTHON) -m venv $(VENV_SAM)
 	$(VENV_SAM)/bin/pip install $(PIP_FLAGS) -r $<
+	touch $@
+
+$(VENV_VERIFY)/.installed: tools/requirements-verify.txt
+	rm -rf $(VENV_VERIFY)
+	$(PYTHON) -m venv $(VENV_VERIFY)
+	$(VENV_VERIFY)/bin/pip install $(PIP_FLAGS) -r $<
 	touch $@
 
 $(RIE):

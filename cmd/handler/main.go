@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/oncely/oncely/internal/config"
@@ -24,6 +25,7 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
+	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
@@ -77,6 +79,15 @@ func wire(ctx context.Context) (*router.Router, error) {
 		return nil, err
 	}
 	notifier := notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
+	if !cfg.Signing.Off {
+		// Read the signing secret now: a missing secret or permission fails
+		// the init with one line, instead of every delivery later.
+		keys := secretsource.New(secretsmanager.NewFromConfig(awsCfg), cfg.Signing.Secret, cfg.Signing.Refresh)
+		if err := keys.Load(ctx); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
+		}
+		notifier.Signer = keys
+	}
 	act := notifier.Do
 	var visibility sqsvisibility.Changer
 	if !cfg.QueueBackoff.Off {

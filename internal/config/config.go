@@ -42,6 +42,9 @@ const (
 	EnvDownstreamURL       = "DOWNSTREAM_URL"
 	EnvNotifyTimeout       = "NOTIFY_TIMEOUT"
 	EnvTransientStatuses   = "NOTIFY_TRANSIENT_STATUSES"
+	EnvWebhookSigning      = "WEBHOOK_SIGNING"
+	EnvWebhookSecret       = "WEBHOOK_SECRET"
+	EnvWebhookRefresh      = "WEBHOOK_SECRET_REFRESH"
 	EnvFunctionName        = "AWS_LAMBDA_FUNCTION_NAME" // set by Lambda; the default namespace
 )
 
@@ -59,6 +62,7 @@ var Variables = []string{
 	EnvTable, EnvNamespace, EnvTTL, EnvLease, EnvAttemptsPerDelivery, EnvAttemptsPerKey, EnvBackoffBase, EnvBackoffMax,
 	EnvKeyJMESPath, EnvPayloadJMESPath, EnvMaxConcurrency, EnvQueueBackoff, EnvQueueBackoffBase, EnvQueueBackoffMax,
 	EnvMaxBodyBytes, EnvDownstreamURL, EnvNotifyTimeout, EnvTransientStatuses,
+	EnvWebhookSigning, EnvWebhookSecret, EnvWebhookRefresh,
 }
 
 // Config is the validated configuration. A zero field was not set: the
@@ -77,6 +81,14 @@ type Config struct {
 	DownstreamURL     string
 	NotifyTimeout     time.Duration
 	TransientStatuses map[int]bool
+	Signing           Signing
+}
+
+// Signing is how deliveries are signed (Standard Webhooks).
+type Signing struct {
+	Off     bool
+	Secret  string        // the Secrets Manager secret's ARN or name
+	Refresh time.Duration // re-read interval; 0: secretsource's default
 }
 
 // QueueBackoff is the SQS visibility backoff as configured.
@@ -112,6 +124,10 @@ func Load(getenv func(string) string) (Config, error) {
 		DownstreamURL:     p.url(EnvDownstreamURL),
 		NotifyTimeout:     p.duration(EnvNotifyTimeout),
 		TransientStatuses: p.statuses(EnvTransientStatuses),
+		Signing:           Signing{Off: !p.onOff(EnvWebhookSigning), Secret: strings.TrimSpace(getenv(EnvWebhookSecret)), Refresh: p.duration(EnvWebhookRefresh)},
+	}
+	if p.err == nil && !c.Signing.Off && c.Signing.Secret == "" {
+		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which the README's security section explains)", "")
 	}
 	if c.Namespace == "" {
 		c.Namespace = getenv(EnvFunctionName)

@@ -14,7 +14,7 @@ import (
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func base() map[string]string {
-	return map[string]string{EnvTable: "idem", EnvDownstreamURL: "https://hooks.example/x", EnvFunctionName: "notify-fn"}
+	return map[string]string{EnvTable: "idem", EnvDownstreamURL: "https://hooks.example/x", EnvFunctionName: "notify-fn", EnvWebhookSecret: "arn:aws:secretsmanager:us-east-1:1:secret:wh"}
 }
 
 func TestLoadDefaults(t *testing.T) {
@@ -25,7 +25,8 @@ func TestLoadDefaults(t *testing.T) {
 	// Unset values stay zero: their owners default them, once.
 	want := Config{
 		Table: "idem", Namespace: "notify-fn", DownstreamURL: "https://hooks.example/x",
-		Retry: idem.RetryPolicy{Jitter: idem.DefaultJitter},
+		Retry:   idem.RetryPolicy{Jitter: idem.DefaultJitter},
+		Signing: Signing{Secret: "arn:aws:secretsmanager:us-east-1:1:secret:wh"},
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(Config{}, "Keys")); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -41,7 +42,7 @@ func TestLoadEverything(t *testing.T) {
 		EnvNamespace: "orders", EnvTTL: "48h", EnvLease: "30s", EnvAttemptsPerDelivery: "5", EnvAttemptsPerKey: "20",
 		EnvBackoffBase: "50ms", EnvBackoffMax: "1s", EnvKeyJMESPath: "['evt', detail.id, 'ship']", EnvPayloadJMESPath: "detail",
 		EnvMaxConcurrency: "4", EnvQueueBackoff: "OFF", EnvQueueBackoffBase: "5s", EnvQueueBackoffMax: "10m", EnvMaxBodyBytes: "65536",
-		EnvNotifyTimeout: "1500ms", EnvTransientStatuses: "429, 500,503",
+		EnvNotifyTimeout: "1500ms", EnvTransientStatuses: "429, 500,503", EnvWebhookSigning: "off", EnvWebhookRefresh: "1m",
 	} {
 		m[k] = v
 	}
@@ -54,6 +55,7 @@ func TestLoadEverything(t *testing.T) {
 		Retry:          idem.RetryPolicy{AttemptsPerDelivery: 5, AttemptsPerKey: 20, Base: 50 * time.Millisecond, Max: time.Second, Jitter: idem.DefaultJitter},
 		MaxConcurrency: 4, QueueBackoff: QueueBackoff{Off: true, Base: 5 * time.Second, Max: 10 * time.Minute}, MaxBodyBytes: 65536,
 		NotifyTimeout: 1500 * time.Millisecond, TransientStatuses: map[int]bool{429: true, 500: true, 503: true},
+		Signing: Signing{Off: true, Secret: "arn:aws:secretsmanager:us-east-1:1:secret:wh", Refresh: time.Minute},
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(Config{}, "Keys")); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
@@ -80,6 +82,9 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"queue backoff max below base", EnvQueueBackoffMax, "1s", "SQS_BACKOFF_MAX: want a duration at least SQS_BACKOFF_BASE"},
 		{"queue backoff beyond SQS", EnvQueueBackoffMax, "13h", "SQS_BACKOFF_MAX: want at most 12h0m0s"},
 		{"body limit", EnvMaxBodyBytes, "-1", "MAX_BODY_BYTES: want a positive whole number"},
+		{"no secret while signing", EnvWebhookSecret, "", "WEBHOOK_SECRET: want the ARN or name of the Secrets Manager secret"},
+		{"signing switch", EnvWebhookSigning, "yes", "WEBHOOK_SIGNING: want on or off"},
+		{"refresh", EnvWebhookRefresh, "often", "WEBHOOK_SECRET_REFRESH: want a positive Go duration"},
 		{"concurrency word", EnvMaxConcurrency, "ten", "MAX_CONCURRENCY: want a positive whole number"},
 		{"timeout", EnvNotifyTimeout, "5", "NOTIFY_TIMEOUT: want a positive Go duration"},
 		{"backoff max below base", EnvBackoffMax, "1ms", "IDEMPOTENCY_BACKOFF_MAX: want a duration at least IDEMPOTENCY_BACKOFF_BASE"},

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -16,8 +17,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
@@ -64,6 +67,7 @@ type fn struct {
 	down   *fakewebhook.Server
 	table  string
 	client *dynamodb.Client
+	secret string // the signing secret's value, as receivers get it (whsec_…)
 }
 
 func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
@@ -80,9 +84,17 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	f.table = ddblocal.NewTable(t, f.client)
 	hs := httptest.NewServer(f.down)
 	t.Cleanup(func() { f.down.Close(); hs.Close() })
-	var err error
+	// Every function signs its deliveries, as deployed: with a secret made
+	// the way the template makes it (32 characters, no punctuation).
+	value := alphanumeric(32)
+	f.secret = "whsec_" + value
+	sm := secretsmanager.NewFromConfig(ddblocal.Config(moto, nil))
+	out, err := sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-" + alphanumeric(8)), SecretString: &value})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
-		DynamoDB: moto, Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds,
+		DynamoDB: moto, Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds, WebhookSecret: *out.ARN,
 		Extra: append([]string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
 	}.Env()})
 	if err != nil {
@@ -95,6 +107,18 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 		}
 	})
 	return f
+}
+
+// alphanumeric is n random characters from [A-Za-z0-9], as CloudFormation's
+// GenerateSecretString makes them without punctuation.
+func alphanumeric(n int) string {
+	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = chars[int(b[i])%len(chars)]
+	}
+	return string(b)
 }
 
 func sqsBatch(t *testing.T, msgs ...[2]string) []byte {

@@ -1,6 +1,8 @@
 // Package notify is the default action: a webhook delivery. It POSTs the
-// event JSON to a downstream URL with an Idempotency-Key header, so the
-// downstream can de-duplicate too, and classifies the reply.
+// event JSON to a downstream URL with an Idempotency-Key header and, when
+// a Signer is set, the Standard Webhooks headers (webhook-id is the same
+// key), so the downstream can verify the sender and de-duplicate too, and
+// classifies the reply.
 package notify
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/webhooksig"
 )
 
 // DefaultTimeout bounds each request when Notifier.Timeout is zero.
@@ -36,8 +39,19 @@ type Notifier struct {
 	Timeout time.Duration
 	// Classifier decides which statuses are transient.
 	Classifier Classifier
-	// Now is the clock for Retry-After dates. Nil means time.Now.
+	// Now is the clock for Retry-After dates and signatures. Nil means time.Now.
 	Now func() time.Time
+	// Signer, if set, gives the live signing keys. Nil sends deliveries
+	// unsigned (WEBHOOK_SIGNING=off).
+	Signer Signer
+}
+
+// Signer holds the webhook signing keys (see package secretsource).
+type Signer interface {
+	// Keys returns the live keys, current first.
+	Keys(ctx context.Context) ([][]byte, error)
+	// Reload reads the keys again and reports whether they changed.
+	Reload(ctx context.Context) (changed bool, err error)
 }
 
 // New returns a Notifier for url, with its own HTTP client. The client keeps
@@ -84,27 +98,20 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))
+	resp, head, err := n.post(ctx, ev)
 	if err != nil {
-		return action.Result{}, idem.Permanent(fmt.Errorf("notify: bad DOWNSTREAM_URL %q: %w", n.URL, err))
+		return action.Result{}, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", ev.Key)
-	client := n.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		// A connection closed before the reply (io.EOF) is a reset too.
-		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
-			return action.Result{}, idem.Transient(fmt.Errorf("notify: POST %s: %w", n.URL, err))
+	if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && n.Signer != nil {
+		// The receiver refused our signature. If the secret was rotated
+		// since we read it, one more try with the new keys is worth it; if
+		// not, the refusal stands (permanent).
+		if changed, rerr := n.Signer.Reload(ctx); rerr == nil && changed {
+			if resp, head, err = n.post(ctx, ev); err != nil {
+				return action.Result{}, err
+			}
 		}
-		return action.Result{}, fmt.Errorf("notify: POST %s: %w", n.URL, err)
 	}
-	defer resp.Body.Close()
-	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxSummary))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // drain for connection reuse
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		s := summary{Delivered: true, DownstreamStatus: resp.StatusCode}
 		if utf8.Valid(head) {
@@ -113,10 +120,49 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		body, _ := json.Marshal(s)
 		return action.Result{Status: http.StatusOK, Body: body}, nil
 	}
-	now := time.Now
-	if n.Now != nil {
-		now = n.Now
-	}
-	err = n.Classifier.Error(resp.StatusCode, resp.Header.Get("Retry-After"), now())
+	err = n.Classifier.Error(resp.StatusCode, resp.Header.Get("Retry-After"), n.now())
 	return action.Result{}, fmt.Errorf("notify: downstream replied %d: %w", resp.StatusCode, err)
+}
+
+func (n *Notifier) now() time.Time {
+	if n.Now != nil {
+		return n.Now()
+	}
+	return time.Now()
+}
+
+// post sends one signed POST and returns the reply's status, headers and
+// first bytes; the body is drained for connection reuse.
+func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))
+	if err != nil {
+		return nil, nil, idem.Permanent(fmt.Errorf("notify: bad DOWNSTREAM_URL %q: %w", n.URL, err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", ev.Key)
+	if n.Signer != nil {
+		keys, err := n.Signer.Keys(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("notify: signing keys: %w", err)
+		}
+		for k, v := range webhooksig.Headers(ev.Key, n.now(), ev.Body, keys) {
+			req.Header.Set(k, v)
+		}
+	}
+	client := n.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// A connection closed before the reply (io.EOF) is a reset too.
+		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
+			return nil, nil, idem.Transient(fmt.Errorf("notify: POST %s: %w", n.URL, err))
+		}
+		return nil, nil, fmt.Errorf("notify: POST %s: %w", n.URL, err)
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxSummary))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // drain for connection reuse
+	return resp, head, nil
 }

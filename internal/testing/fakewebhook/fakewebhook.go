@@ -6,8 +6,10 @@ package fakewebhook
 
 import (
 	"encoding/json"
+	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,10 +23,17 @@ type Reply struct {
 	Hang       bool          // never answer (until the request is cancelled or Close)
 }
 
+// Delivery is one request as received: its signature headers and body.
+type Delivery struct {
+	Headers map[string]string // webhook-id, webhook-timestamp, webhook-signature, Idempotency-Key
+	Body    []byte
+}
+
 // Server counts deliveries by Idempotency-Key.
 type Server struct {
-	mu      sync.Mutex
-	counts  map[string]int
+	mu         sync.Mutex
+	counts     map[string]int
+	deliveries []Delivery
 	scripts map[string][]Reply
 	closed  chan struct{}
 	once    sync.Once
@@ -66,6 +75,13 @@ func (s *Server) Total() int {
 	return n
 }
 
+// Deliveries returns every delivery received, in order.
+func (s *Server) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.deliveries)
+}
+
 // Close releases hanging requests.
 func (s *Server) Close() { s.once.Do(func() { close(s.closed) }) }
 
@@ -78,8 +94,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 2<<20))
+	d := Delivery{Headers: map[string]string{}, Body: body}
+	for _, h := range []string{"webhook-id", "webhook-timestamp", "webhook-signature", "Idempotency-Key"} {
+		d.Headers[h] = r.Header.Get(h)
+	}
 	s.mu.Lock()
 	s.counts[key]++
+	s.deliveries = append(s.deliveries, d)
 	var reply Reply
 	if q := s.scripts[key]; len(q) > 0 {
 		reply, s.scripts[key] = q[0], q[1:]

@@ -244,6 +244,9 @@ func procState(pid int) (state string, session int, err error) {
 type Local struct {
 	DynamoDB       string // endpoint of the local DynamoDB (moto)
 	SQS            string // endpoint of the local SQS; empty means DynamoDB's (moto serves both)
+	// WebhookSecret is the Secrets Manager secret (on the same moto) that
+	// signs deliveries; empty turns signing off (WEBHOOK_SIGNING=off).
+	WebhookSecret string
 	Table          string
 	DownstreamURL  string
 	Name           string // AWS_LAMBDA_FUNCTION_NAME, the default namespace
@@ -265,8 +268,14 @@ func (l Local) Env() []string {
 		"AWS_ENDPOINT_URL_DYNAMODB=" + l.DynamoDB, "AWS_ENDPOINT_URL_SQS=" + sqs,
 		"AWS_LAMBDA_FUNCTION_NAME=" + l.Name,
 		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(l.TimeoutSeconds),
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + l.DynamoDB,
 		"IDEMPOTENCY_TABLE=" + l.Table,
 		"DOWNSTREAM_URL=" + l.DownstreamURL,
+	}
+	if l.WebhookSecret == "" {
+		env = append(env, "WEBHOOK_SIGNING=off")
+	} else {
+		env = append(env, "WEBHOOK_SECRET="+l.WebhookSecret)
 	}
 	return append(env, l.Extra...)
 }

@@ -1,0 +1,133 @@
+package notify_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/notify"
+)
+
+// keys is a notify.Signer whose keys a test rotates.
+type keys struct {
+	mu      sync.Mutex
+	current [][]byte
+	next    [][]byte // what Reload finds, if set
+	reloads atomic.Int64
+}
+
+func (k *keys) Keys(context.Context) ([][]byte, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.current, nil
+}
+
+func (k *keys) Reload(context.Context) (bool, error) {
+	k.reloads.Add(1)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.next == nil {
+		return false, nil
+	}
+	k.current, k.next = k.next, nil
+	return true, nil
+}
+
+var (
+	oldKey = []byte("0123456789abcdefghijklmn")
+	newKey = []byte("nmlkjihgfedcba9876543210")
+)
+
+// verifier is a receiver that checks signatures the way the specification
+// says, computed here independently of package webhooksig.
+func verifier(t *testing.T, accept []byte, calls *atomic.Int64) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body := make([]byte, r.ContentLength)
+		_, _ = r.Body.Read(body)
+		m := hmac.New(sha256.New, accept)
+		m.Write([]byte(r.Header.Get("webhook-id") + "." + r.Header.Get("webhook-timestamp") + "."))
+		m.Write(body)
+		want := "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
+		for _, sig := range strings.Split(r.Header.Get("webhook-signature"), " ") {
+			if hmac.Equal([]byte(sig), []byte(want)) && r.Header.Get("webhook-id") == r.Header.Get("Idempotency-Key") {
+				w.WriteHeader(204)
+				return
+			}
+		}
+		w.WriteHeader(401)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func signedEvent() action.Event {
+	return action.Event{Key: "evt:signed-1:notify", Body: []byte(`{"id":"signed-1","action":"notify"}`)}
+}
+
+func TestSignedDeliveryVerifies(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, oldKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	n.Signer = &keys{current: [][]byte{oldKey}}
+	if _, err := n.Do(context.Background(), signedEvent()); err != nil || calls.Load() != 1 {
+		t.Fatalf("got %v after %d calls; want a verified delivery", err, calls.Load())
+	}
+	// During a rotation both keys sign: a receiver with either verifies.
+	n.Signer = &keys{current: [][]byte{newKey, oldKey}}
+	if _, err := n.Do(context.Background(), signedEvent()); err != nil {
+		t.Errorf("signed with two keys, verified with the old one: %v", err)
+	}
+}
+
+// A receiver that refuses the signature after a rotation gets one more
+// try with the re-read keys, in the same call.
+func TestRefusedSignatureRetriesOnceWithARotatedSecret(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, newKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	k := &keys{current: [][]byte{oldKey}, next: [][]byte{newKey}}
+	n.Signer = k
+	if _, err := n.Do(context.Background(), signedEvent()); err != nil || calls.Load() != 2 || k.reloads.Load() != 1 {
+		t.Fatalf("got %v after %d calls, %d reloads; want success on the second try", err, calls.Load(), k.reloads.Load())
+	}
+}
+
+// Without a change, a 401 stays what it is: a permanent failure, one call.
+func TestRefusedSignatureWithoutRotationIsPermanent(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, newKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	n.Signer = &keys{current: [][]byte{oldKey}}
+	_, err := n.Do(context.Background(), signedEvent())
+	if idem.Classify(err) != idem.ClassPermanent || calls.Load() != 1 {
+		t.Fatalf("got %v (%v) after %d calls; want a permanent HTTP_401 after one call", err, idem.Classify(err), calls.Load())
+	}
+	for _, k := range [][]byte{oldKey, newKey} {
+		if strings.Contains(err.Error(), string(k)) || strings.Contains(err.Error(), base64.StdEncoding.EncodeToString(k)) {
+			t.Errorf("the error %q holds a key", err)
+		}
+	}
+}
+
+func TestUnsignedWhenSigningIsOff(t *testing.T) {
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() }))
+	defer srv.Close()
+	if _, err := notify.New(srv.URL, time.Second, notify.Classifier{}).Do(context.Background(), signedEvent()); err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("webhook-signature") != "" || got.Get("Idempotency-Key") != "evt:signed-1:notify" {
+		t.Errorf("headers %v; want Idempotency-Key and no signature", got)
+	}
+}

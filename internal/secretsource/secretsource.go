@@ -1,0 +1,166 @@
+// Package secretsource reads the webhook signing secret from AWS Secrets
+// Manager and keeps it fresh, so that a rotation needs no redeploy. It reads
+// the AWSCURRENT version and, during a rotation, the AWSPENDING one: both
+// are live, and deliveries are signed with each (receivers verify with
+// whichever they hold).
+//
+// It is a driver: it classifies errors and never retries (the SDK does),
+// and no error, log line or value it returns ever holds the secret.
+package secretsource
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/webhooksig"
+)
+
+// DefaultRefresh is how old the keys may get before they are read again.
+const DefaultRefresh = 5 * time.Minute
+
+// RequiredIAMActions are exactly the IAM actions the source calls, on the
+// one secret (the template grants these; a test keeps them in step).
+func RequiredIAMActions() []string { return []string{"secretsmanager:GetSecretValue"} }
+
+// API is the part of *secretsmanager.Client the source uses.
+type API interface {
+	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+// Source holds the live keys of one secret. It is safe for concurrent use.
+type Source struct {
+	api     API
+	id      string
+	refresh time.Duration
+	now     func() time.Time
+
+	mu     sync.Mutex
+	keys   [][]byte
+	readAt time.Time
+}
+
+// New returns a Source for the secret id (a name or an ARN), re-read after
+// refresh (zero means DefaultRefresh). Call Load before use.
+func New(api API, id string, refresh time.Duration) *Source {
+	if refresh <= 0 {
+		refresh = DefaultRefresh
+	}
+	return &Source{api: api, id: id, refresh: refresh, now: time.Now}
+}
+
+// Load reads the keys now. Use it at init: its error says what is wrong
+// (missing secret, missing permission, a value that is not a key) without
+// the value.
+func (s *Source) Load(ctx context.Context) error {
+	_, err := s.reload(ctx)
+	return err
+}
+
+// Keys returns the live keys, current first, reading them again when they
+// are older than the refresh interval. A failed re-read keeps the keys it
+// had: an outage of Secrets Manager does not stop deliveries.
+func (s *Source) Keys(ctx context.Context) ([][]byte, error) {
+	s.mu.Lock()
+	keys, stale := s.keys, s.now().Sub(s.readAt) >= s.refresh
+	s.mu.Unlock()
+	if !stale && keys != nil {
+		return keys, nil
+	}
+	if _, err := s.reload(ctx); err != nil && keys == nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys, nil
+}
+
+// Reload reads the keys again now, and reports whether they changed. The
+// caller uses it when a receiver refuses a signature (401/403): a changed
+// secret deserves one more try.
+func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
+	return s.reload(ctx)
+}
+
+func (s *Source) reload(ctx context.Context) (bool, error) {
+	current, err := s.read(ctx, "AWSCURRENT")
+	if err != nil {
+		return false, err
+	}
+	keys := [][]byte{current}
+	pending, err := s.read(ctx, "AWSPENDING")
+	switch {
+	case err == nil && !bytes.Equal(pending, current):
+		keys = append(keys, pending)
+	case err != nil && !isNotFound(err):
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := !equalKeys(s.keys, keys)
+	s.keys, s.readAt = keys, s.now()
+	return changed, nil
+}
+
+// read returns the decoded key of one version stage.
+func (s *Source) read(ctx context.Context, stage string) ([]byte, error) {
+	out, err := s.api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(s.id), VersionStage: aws.String(stage)})
+	if err != nil {
+		return nil, s.classify(stage, err)
+	}
+	key, err := webhooksig.DecodeSecret(aws.ToString(out.SecretString))
+	if err != nil {
+		return nil, idem.Permanent(fmt.Errorf("secret %s (%s): %w", s.id, stage, err))
+	}
+	return key, nil
+}
+
+type notFound struct{ error }
+
+func (e notFound) Unwrap() error { return e.error }
+
+func isNotFound(err error) bool {
+	_, ok := errors.AsType[notFound](err)
+	return ok
+}
+
+// classify names the secret and, for a denial, the permission; it never
+// repeats the SDK's message body, which could echo request content.
+func (s *Source) classify(stage string, err error) error {
+	if _, ok := errors.AsType[*types.ResourceNotFoundException](err); ok {
+		return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", s.id, stage))}
+	}
+	if api, ok := errors.AsType[smithy.APIError](err); ok {
+		switch api.ErrorCode() {
+		case "AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException":
+			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", s.id, RequiredIAMActions()[0], api.ErrorCode()))
+		case "DecryptionFailure":
+			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", s.id, api.ErrorCode()))
+		}
+		if api.ErrorFault() == smithy.FaultClient {
+			return idem.Permanent(fmt.Errorf("secret %s: %s", s.id, api.ErrorCode()))
+		}
+	}
+	return idem.Transient(fmt.Errorf("reading secret %s: %w", s.id, err))
+}
+
+func equalKeys(a, b [][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}

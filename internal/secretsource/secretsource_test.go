@@ -1,0 +1,130 @@
+package secretsource_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/secretsource"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+)
+
+func newSecretValue() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return base64.StdEncoding.EncodeToString(b[:])
+}
+
+// newSecret creates a secret on moto's Secrets Manager.
+func newSecret(t *testing.T, client *secretsmanager.Client, value string) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	out, err := client.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
+		Name: aws.String("webhook-" + hex.EncodeToString(b[:])), SecretString: aws.String(value)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *out.ARN
+}
+
+func TestRotationOnMoto(t *testing.T) {
+	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
+	ctx := context.Background()
+	first, second := newSecretValue(), newSecretValue()
+	arn := newSecret(t, client, first)
+	src := secretsource.New(client, arn, time.Hour)
+	if err := src.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := src.Keys(ctx)
+	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != first {
+		t.Fatalf("keys %d, %v; want the current one", len(keys), err)
+	}
+	// A rotation starts: the new version is AWSPENDING. Both are live.
+	out, err := client.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &arn, SecretString: aws.String("whsec_" + second), VersionStages: []string{"AWSPENDING"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := src.Keys(ctx); len(keys) != 1 {
+		t.Errorf("keys re-read before the refresh interval: %d", len(keys))
+	}
+	changed, err := src.Reload(ctx)
+	if keys, _ = src.Keys(ctx); err != nil || !changed || len(keys) != 2 || base64.StdEncoding.EncodeToString(keys[1]) != second {
+		t.Fatalf("after AWSPENDING: changed %v, %d keys, %v; want both keys, current first", changed, len(keys), err)
+	}
+	if changed, _ := src.Reload(ctx); changed {
+		t.Errorf("a re-read without a change reported one")
+	}
+	// The rotation ends: the new version becomes AWSCURRENT.
+	current, err := client.DescribeSecret(ctx, &secretsmanager.DescribeSecretInput{SecretId: &arn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oldID string
+	for id, stages := range current.VersionIdsToStages {
+		for _, s := range stages {
+			if s == "AWSCURRENT" {
+				oldID = id
+			}
+		}
+	}
+	for _, step := range []*secretsmanager.UpdateSecretVersionStageInput{
+		{SecretId: &arn, VersionStage: aws.String("AWSCURRENT"), MoveToVersionId: out.VersionId, RemoveFromVersionId: &oldID},
+		{SecretId: &arn, VersionStage: aws.String("AWSPENDING"), RemoveFromVersionId: out.VersionId},
+	} {
+		if _, err := client.UpdateSecretVersionStage(ctx, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if changed, err := src.Reload(ctx); err != nil || !changed {
+		t.Fatalf("after promotion: changed %v, %v", changed, err)
+	}
+	if keys, _ = src.Keys(ctx); len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != second {
+		t.Errorf("after promotion: %d keys; want only the new current one", len(keys))
+	}
+}
+
+func TestFailuresNameTheSecretNeverItsValue(t *testing.T) {
+	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
+	ctx := context.Background()
+	missing := secretsource.New(client, "no-such-webhook-secret", 0)
+	if err := missing.Load(ctx); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "no-such-webhook-secret") {
+		t.Errorf("missing secret: %v (%v); want a permanent error naming it", err, idem.Classify(err))
+	}
+	bad := "this is not base64 but a password!"
+	arn := newSecret(t, client, bad)
+	err := secretsource.New(client, arn, 0).Load(ctx)
+	if idem.Classify(err) != idem.ClassPermanent || strings.Contains(err.Error(), "password") || !strings.Contains(err.Error(), arn) {
+		t.Errorf("a value that is not a key: %v; want a permanent error naming the secret, without its value", err)
+	}
+	unreachable := secretsource.New(secretsmanager.NewFromConfig(ddblocal.Config("http://127.0.0.1:1", nil), func(o *secretsmanager.Options) { o.RetryMaxAttempts = 1 }), arn, 0)
+	if err := unreachable.Load(ctx); idem.Classify(err) != idem.ClassTransient {
+		t.Errorf("unreachable Secrets Manager: %v; want transient", err)
+	}
+}
+
+// Once loaded, an outage of Secrets Manager keeps the keys it had.
+func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
+	ep := ddblocal.MotoEndpoint(t)
+	client := secretsmanager.NewFromConfig(ddblocal.Config(ep, nil))
+	arn := newSecret(t, client, newSecretValue())
+	src := secretsource.New(client, arn, time.Nanosecond)
+	if err := src.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: &arn, ForceDeleteWithoutRecovery: aws.Bool(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := src.Keys(context.Background()); err != nil || len(keys) != 1 {
+		t.Errorf("keys after a failed refresh: %d, %v; want the last good key", len(keys), err)
+	}
+}
