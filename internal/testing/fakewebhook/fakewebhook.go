@@ -34,9 +34,9 @@ type Server struct {
 	mu         sync.Mutex
 	counts     map[string]int
 	deliveries []Delivery
-	scripts map[string][]Reply
-	closed  chan struct{}
-	once    sync.Once
+	scripts    map[string][]Reply
+	closed     chan struct{}
+	once       sync.Once
 }
 
 // New returns an empty Server.

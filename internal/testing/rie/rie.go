@@ -242,11 +242,11 @@ func procState(pid int) (state string, session int, err error) {
 // Local describes the function run locally: the environment a bootstrap
 // gets under the emulator, against a local DynamoDB and a local downstream.
 type Local struct {
-	DynamoDB       string // endpoint of the local DynamoDB (moto)
-	SQS            string // endpoint of the local SQS; empty means DynamoDB's (moto serves both)
+	DynamoDB string // endpoint of the local DynamoDB (moto)
+	SQS      string // endpoint of the local SQS; empty means DynamoDB's (moto serves both)
 	// WebhookSecret is the Secrets Manager secret (on the same moto) that
 	// signs deliveries; empty turns signing off (WEBHOOK_SIGNING=off).
-	WebhookSecret string
+	WebhookSecret  string
 	Table          string
 	DownstreamURL  string
 	Name           string // AWS_LAMBDA_FUNCTION_NAME, the default namespace
