@@ -21,6 +21,7 @@ import (
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/router"
+	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
@@ -36,7 +37,7 @@ var knownEnv = config.Variables
 // sdkEnv are read by aws-sdk-go-v2 itself, not by our configuration. The
 // template declares them (empty) only so that `sam local invoke --env-vars`
 // can set them: it overrides nothing the template does not declare.
-var sdkEnv = []string{"AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"}
+var sdkEnv = []string{"AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_SECRETS_MANAGER"}
 
 // Defaults AWS applies when the template leaves a property out.
 const (
@@ -125,6 +126,9 @@ func TestTemplate(t *testing.T) {
 		want := map[string][]string{table: slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))}
 		for q := range sources {
 			want[q] = slices.Sorted(slices.Values(sqsvisibility.RequiredIAMActions()))
+		}
+		for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
+			want[secret] = slices.Sorted(slices.Values(secretsource.RequiredIAMActions()))
 		}
 		for _, fn := range functions {
 			p := tpl.props(fn)
@@ -246,6 +250,85 @@ func TestTemplate(t *testing.T) {
 			}
 			if defHours*3600 < ret {
 				t.Errorf("%s: IdempotencyTtlHours Default %d h is shorter than the queue's retention %d s (a redriven copy would run again)", q, defHours, ret)
+			}
+		}
+	})
+
+	t.Run("every route is authorized unless the opt-out parameter says otherwise", func(t *testing.T) {
+		routes := tpl.ofType("AWS::ApiGatewayV2::Route")
+		if len(routes) == 0 {
+			t.Fatal("got no AWS::ApiGatewayV2::Route, want POST /events declared as one")
+		}
+		for _, fn := range functions {
+			for name, ev := range pairs(get(tpl.props(fn), "Events")) {
+				if typ := str(get(ev, "Type")); typ == "HttpApi" || typ == "Api" {
+					t.Errorf("%s.Events.%s: got a %s event, want routes as AWS::ApiGatewayV2::Route (SAM ignores intrinsics in an event's Auth)", fn, name, typ)
+				}
+			}
+		}
+		if apis := tpl.ofType("AWS::Serverless::HttpApi"); len(apis) > 0 {
+			t.Errorf("got %v, want no AWS::Serverless::HttpApi (its routes would bypass this check)", apis)
+		}
+		for _, r := range routes {
+			p := tpl.props(r)
+			for _, mode := range []string{"AWS_IAM", "JWT", "NONE"} {
+				auth := tpl.resolve(get(p, "AuthorizationType"), map[string]string{"ApiAuth": mode})
+				authorizer := tpl.resolve(get(p, "AuthorizerId"), map[string]string{"ApiAuth": mode})
+				switch {
+				case mode == "NONE" && auth != "NONE":
+					t.Errorf("%s with ApiAuth=NONE: AuthorizationType %q; want NONE (the documented opt-out)", r, auth)
+				case mode != "NONE" && auth != mode:
+					t.Errorf("%s with ApiAuth=%s: AuthorizationType %q; want %s", r, mode, auth, mode)
+				case mode == "JWT" && str(get(tpl.resources[authorizer], "Type")) != "AWS::ApiGatewayV2::Authorizer":
+					t.Errorf("%s with ApiAuth=JWT: AuthorizerId resolves to %q; want the JWT authorizer", r, authorizer)
+				case mode != "JWT" && authorizer != "":
+					t.Errorf("%s with ApiAuth=%s: AuthorizerId %q; want none", r, mode, authorizer)
+				}
+			}
+		}
+		param := get(tpl.root, "Parameters", "ApiAuth")
+		if def := str(get(param, "Default")); def != "AWS_IAM" {
+			t.Errorf("ApiAuth Default %q; want AWS_IAM: authorized by default", def)
+		}
+		if got := scalars(get(param, "AllowedValues")); !slices.Equal(got, []string{"AWS_IAM", "JWT", "NONE"}) {
+			t.Errorf("ApiAuth AllowedValues %q; want [AWS_IAM JWT NONE]", got)
+		}
+	})
+
+	t.Run("the API is throttled", func(t *testing.T) {
+		stages := tpl.ofType("AWS::ApiGatewayV2::Stage")
+		if len(stages) == 0 {
+			t.Fatal("got no AWS::ApiGatewayV2::Stage")
+		}
+		for _, st := range stages {
+			for _, k := range []string{"ThrottlingBurstLimit", "ThrottlingRateLimit"} {
+				n := get(tpl.props(st), "DefaultRouteSettings", k)
+				id, ok := ref(n)
+				if !ok || intOr(t, get(tpl.root, "Parameters", id, "Default"), 0) <= 0 {
+					t.Errorf("%s: DefaultRouteSettings.%s got %s, want !Ref a parameter with a positive default", st, k, describe(n))
+				}
+			}
+		}
+	})
+
+	t.Run("deliveries are signed with a generated secret", func(t *testing.T) {
+		secrets := tpl.ofType("AWS::SecretsManager::Secret")
+		if len(secrets) != 1 {
+			t.Fatalf("got secrets %v, want one signing secret", secrets)
+		}
+		g := get(tpl.props(secrets[0]), "GenerateSecretString")
+		// 32 characters of [A-Za-z0-9] are valid base64: a 24-byte key, the
+		// Standard Webhooks minimum.
+		if intOr(t, get(g, "PasswordLength"), 0) != 32 || str(get(g, "ExcludePunctuation")) != "true" || str(get(g, "IncludeSpace")) == "true" {
+			t.Errorf("%s: GenerateSecretString %s; want 32 characters, no punctuation, no space", secrets[0], describe(g))
+		}
+		for _, fn := range functions {
+			vars := get(tpl.props(fn), "Environment", "Variables")
+			if id, ok := ref(get(vars, config.EnvWebhookSecret)); !ok || id != secrets[0] {
+				t.Errorf("%s: %s got %s, want !Ref %s", fn, config.EnvWebhookSecret, describe(get(vars, config.EnvWebhookSecret)), secrets[0])
+			}
+			if def := str(get(tpl.root, "Parameters", "WebhookSigning", "Default")); def != "on" {
+				t.Errorf("WebhookSigning Default %q; want on", def)
 			}
 		}
 	})
@@ -588,6 +671,39 @@ func intOr(t *testing.T, n *yaml.Node, def int) int {
 
 func isIntrinsic(n *yaml.Node) bool {
 	return strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!")
+}
+
+// resolve evaluates n for the given parameter values: a literal, !Ref of a
+// parameter or resource, or !If over a condition that is Fn::Equals of a
+// !Ref and a literal. AWS::NoValue resolves to "".
+func (tpl template) resolve(n *yaml.Node, params map[string]string) string {
+	if n == nil {
+		return ""
+	}
+	if id, ok := ref(n); ok {
+		if id == "AWS::NoValue" {
+			return ""
+		}
+		if v, ok := params[id]; ok {
+			return v
+		}
+		return id
+	}
+	if n.Tag == "!If" && n.Kind == yaml.SequenceNode && len(n.Content) == 3 {
+		if tpl.condition(n.Content[0].Value, params) {
+			return tpl.resolve(n.Content[1], params)
+		}
+		return tpl.resolve(n.Content[2], params)
+	}
+	return str(n)
+}
+
+func (tpl template) condition(name string, params map[string]string) bool {
+	c := get(tpl.root, "Conditions", name)
+	if c == nil || c.Tag != "!Equals" || len(c.Content) != 2 {
+		return false
+	}
+	return tpl.resolve(c.Content[0], params) == tpl.resolve(c.Content[1], params)
 }
 
 // resourceID returns X for !GetAtt X.Arn or !Ref X.
