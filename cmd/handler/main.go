@@ -19,10 +19,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
@@ -78,17 +80,24 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	notifier := notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
-	if !cfg.Signing.Off {
-		// Read the signing secret now: a missing secret or permission fails
-		// the init with one line, instead of every delivery later.
-		keys := secretsource.New(secretsmanager.NewFromConfig(awsCfg), cfg.Signing.Secret, cfg.Signing.Refresh)
-		if err := keys.Load(ctx); err != nil {
-			return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
+	var act action.Func
+	var notifier *notify.Notifier
+	switch cfg.Action {
+	case config.ActionLedger:
+		act = (&ledger.Ledger{Table: cfg.LedgerTable}).Do
+	default:
+		notifier = notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
+		if !cfg.Signing.Off {
+			// Read the signing secret now: a missing secret or permission fails
+			// the init with one line, instead of every delivery later.
+			keys := secretsource.New(secretsmanager.NewFromConfig(awsCfg), cfg.Signing.Secret, cfg.Signing.Refresh)
+			if err := keys.Load(ctx); err != nil {
+				return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
+			}
+			notifier.Signer = keys
 		}
-		notifier.Signer = keys
+		act = notifier.Do
 	}
-	act := notifier.Do
 	var visibility sqsvisibility.Changer
 	if !cfg.QueueBackoff.Off {
 		visibility = sqsvisibility.New(sqs.NewFromConfig(awsCfg))
@@ -111,6 +120,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 		FirstInvoke: func(ctx context.Context, timeout time.Duration) {
 			// Lambda does not show the function's timeout at init; the first
 			// invocation does. Say once if a request cannot fit in it.
+			if notifier == nil {
+				return
+			}
 			if err := notifier.Fits(budget.WorkTime(timeout)); err != nil {
 				logger.WarnContext(ctx, "misconfiguration: "+err.Error(), "function_timeout", timeout.String(), "budget_reserve", budget.Reserve().String())
 			}

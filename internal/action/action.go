@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/oncely/oncely/internal/idem"
 )
 
 // Event is one decoded event, handed to the action.
@@ -34,6 +36,23 @@ type Result struct {
 	ContentType string
 	// Body is returned to API callers and kept in the record.
 	Body []byte
+	// Effects, if set, are writes the store commits in the same atomic
+	// operation as the record's completion, instead of the action doing
+	// them (see idem.EffectStore and package ledger). They are not stored
+	// as part of the result.
+	Effects idem.Effects
+}
+
+// Work adapts fn to the engine for ev: the stored form of its result, and
+// its effects.
+func Work(fn Func, ev Event) idem.Work {
+	return func(ctx context.Context) ([]byte, idem.Effects, error) {
+		r, err := fn(ctx, ev)
+		if err != nil {
+			return nil, nil, err
+		}
+		return Encode(r), r.Effects, nil
+	}
 }
 
 // Func is the business action: do the side effect once, return its result,

@@ -42,6 +42,8 @@ const (
 	EnvDownstreamURL       = "DOWNSTREAM_URL"
 	EnvNotifyTimeout       = "NOTIFY_TIMEOUT"
 	EnvTransientStatuses   = "NOTIFY_TRANSIENT_STATUSES"
+	EnvAction              = "ACTION"
+	EnvLedgerTable         = "LEDGER_TABLE"
 	EnvWebhookSigning      = "WEBHOOK_SIGNING"
 	EnvWebhookSecret       = "WEBHOOK_SECRET"
 	EnvWebhookRefresh      = "WEBHOOK_SECRET_REFRESH"
@@ -61,9 +63,15 @@ var Retired = map[string]string{
 var Variables = []string{
 	EnvTable, EnvNamespace, EnvTTL, EnvLease, EnvAttemptsPerDelivery, EnvAttemptsPerKey, EnvBackoffBase, EnvBackoffMax,
 	EnvKeyJMESPath, EnvPayloadJMESPath, EnvMaxConcurrency, EnvQueueBackoff, EnvQueueBackoffBase, EnvQueueBackoffMax,
-	EnvMaxBodyBytes, EnvDownstreamURL, EnvNotifyTimeout, EnvTransientStatuses,
+	EnvMaxBodyBytes, EnvAction, EnvLedgerTable, EnvDownstreamURL, EnvNotifyTimeout, EnvTransientStatuses,
 	EnvWebhookSigning, EnvWebhookSecret, EnvWebhookRefresh,
 }
+
+// The actions the function can run (ACTION).
+const (
+	ActionNotify = "notify" // a webhook delivery (the default)
+	ActionLedger = "ledger" // a ledger entry, committed with the record
+)
 
 // Config is the validated configuration. A zero field was not set: the
 // package that owns the setting applies its own default (documented there
@@ -78,6 +86,8 @@ type Config struct {
 	MaxConcurrency    int
 	QueueBackoff      QueueBackoff
 	MaxBodyBytes      int
+	Action            string // ActionNotify or ActionLedger
+	LedgerTable       string
 	DownstreamURL     string
 	NotifyTimeout     time.Duration
 	TransientStatuses map[int]bool
@@ -121,10 +131,17 @@ func Load(getenv func(string) string) (Config, error) {
 		MaxConcurrency:    p.positiveInt(EnvMaxConcurrency),
 		QueueBackoff:      QueueBackoff{Off: !p.onOff(EnvQueueBackoff), Base: p.duration(EnvQueueBackoffBase), Max: p.duration(EnvQueueBackoffMax)},
 		MaxBodyBytes:      p.positiveInt(EnvMaxBodyBytes),
-		DownstreamURL:     p.url(EnvDownstreamURL),
+		Action:            p.oneOf(EnvAction, ActionNotify, ActionLedger),
 		NotifyTimeout:     p.duration(EnvNotifyTimeout),
 		TransientStatuses: p.statuses(EnvTransientStatuses),
 		Signing:           Signing{Off: !p.onOff(EnvWebhookSigning), Secret: strings.TrimSpace(getenv(EnvWebhookSecret)), Refresh: p.duration(EnvWebhookRefresh)},
+	}
+	switch c.Action {
+	case ActionNotify:
+		c.DownstreamURL = p.url(EnvDownstreamURL)
+	case ActionLedger:
+		c.LedgerTable = p.required(EnvLedgerTable)
+		c.Signing = Signing{Off: true} // nothing is delivered, so nothing is signed
 	}
 	if p.err == nil && !c.Signing.Off && c.Signing.Secret == "" {
 		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which the README's security section explains)", "")
@@ -206,6 +223,19 @@ func (p *parser) positiveInt(name string) int {
 		return 0
 	}
 	return n
+}
+
+// oneOf returns the value of name, the first choice when unset.
+func (p *parser) oneOf(name string, choices ...string) string {
+	v := strings.ToLower(strings.TrimSpace(p.getenv(name)))
+	if v == "" {
+		return choices[0]
+	}
+	if !slices.Contains(choices, v) {
+		p.fail(name, "one of "+strings.Join(choices, ", "), v)
+		return choices[0]
+	}
+	return v
 }
 
 // onOff returns true when name is unset, "on" or "off" giving the answer.

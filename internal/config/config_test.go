@@ -24,7 +24,7 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	// Unset values stay zero: their owners default them, once.
 	want := Config{
-		Table: "idem", Namespace: "notify-fn", DownstreamURL: "https://hooks.example/x",
+		Table: "idem", Namespace: "notify-fn", DownstreamURL: "https://hooks.example/x", Action: ActionNotify,
 		Retry:   idem.RetryPolicy{Jitter: idem.DefaultJitter},
 		Signing: Signing{Secret: "arn:aws:secretsmanager:us-east-1:1:secret:wh"},
 	}
@@ -51,7 +51,7 @@ func TestLoadEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Table: "idem", Namespace: "orders", TTL: 48 * time.Hour, Lease: 30 * time.Second, DownstreamURL: "https://hooks.example/x",
+		Table: "idem", Namespace: "orders", TTL: 48 * time.Hour, Lease: 30 * time.Second, DownstreamURL: "https://hooks.example/x", Action: ActionNotify,
 		Retry:          idem.RetryPolicy{AttemptsPerDelivery: 5, AttemptsPerKey: 20, Base: 50 * time.Millisecond, Max: time.Second, Jitter: idem.DefaultJitter},
 		MaxConcurrency: 4, QueueBackoff: QueueBackoff{Off: true, Base: 5 * time.Second, Max: 10 * time.Minute}, MaxBodyBytes: 65536,
 		NotifyTimeout: 1500 * time.Millisecond, TransientStatuses: map[int]bool{429: true, 500: true, 503: true},
@@ -83,6 +83,8 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		{"queue backoff beyond SQS", EnvQueueBackoffMax, "13h", "SQS_BACKOFF_MAX: want at most 12h0m0s"},
 		{"body limit", EnvMaxBodyBytes, "-1", "MAX_BODY_BYTES: want a positive whole number"},
 		{"no secret while signing", EnvWebhookSecret, "", "WEBHOOK_SECRET: want the ARN or name of the Secrets Manager secret"},
+		{"unknown action", EnvAction, "email", "ACTION: want one of notify, ledger"},
+		{"ledger without a table", EnvAction, "ledger", "LEDGER_TABLE: want a value"},
 		{"signing switch", EnvWebhookSigning, "yes", "WEBHOOK_SIGNING: want on or off"},
 		{"refresh", EnvWebhookRefresh, "often", "WEBHOOK_SECRET_REFRESH: want a positive Go duration"},
 		{"concurrency word", EnvMaxConcurrency, "ten", "MAX_CONCURRENCY: want a positive whole number"},
@@ -105,6 +107,14 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 				t.Errorf("Load = %v; want one line containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The ledger action needs its table, and no downstream or signing secret.
+func TestLoadLedger(t *testing.T) {
+	c, err := Load(env(map[string]string{EnvTable: "idem", EnvFunctionName: "fn", EnvAction: "ledger", EnvLedgerTable: "ledger"}))
+	if err != nil || c.Action != ActionLedger || c.LedgerTable != "ledger" || !c.Signing.Off || c.DownstreamURL != "" {
+		t.Errorf("got %+v, %v; want the ledger action on table ledger", c, err)
 	}
 }
 

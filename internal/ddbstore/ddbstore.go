@@ -239,22 +239,33 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 	return s.conflict(ctx, "PutItem", r, err)
 }
 
-// Complete implements idem.Store: one UpdateItem fenced by the token. The
-// record was written whole by Reserve or TakeOver with no result or failure
-// fields, so nothing needs removing.
+// completeExpression is the update that completes a record, for Complete
+// and CompleteWithEffects alike. The record was written whole by Reserve or
+// TakeOver with no result or failure fields, so nothing needs removing.
+const completeExpression = "SET #status = :succeeded, #result = :result, #result_encoding = :enc, " +
+	"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms"
+
+// completeValues are completeExpression's values, and the token it is
+// fenced by.
+func completeValues(f idem.Finish, result types.AttributeValue, enc string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		":succeeded": str(string(idem.StatusSucceeded)),
+		":result":    result,
+		":enc":       str(enc),
+		":token":     str(f.Token),
+		":attempts":  n(int64(f.Attempts)),
+		":expires":   n(epochSeconds(f.ExpiresAt)),
+		":now_ms":    ms(f.Now),
+	}
+}
+
+// Complete implements idem.Store: one UpdateItem fenced by the token.
 func (s *Store) Complete(ctx context.Context, f idem.Finish) error {
 	result, enc, err := encodeResult(f.Result, len(s.pk(f.Key)))
 	if err != nil {
 		return err
 	}
-	return s.finish(ctx, f,
-		"SET #status = :succeeded, #result = :result, #result_encoding = :enc, #attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms",
-		map[string]types.AttributeValue{
-			":succeeded": str(string(idem.StatusSucceeded)),
-			":result":    result,
-			":enc":       str(enc),
-		},
-		AttrResult, AttrResultEnc)
+	return s.finish(ctx, f, completeExpression, completeValues(f, result, enc), AttrResult, AttrResultEnc)
 }
 
 // Fail implements idem.Store: one UpdateItem fenced by the token.

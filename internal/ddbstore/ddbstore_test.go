@@ -705,3 +705,54 @@ func TestStoreRetriesEndWithinTheInvocationBudget(t *testing.T) {
 		}
 	}
 }
+
+// effectHarness runs the EffectStore suite on a server: effects are puts
+// into a second table, each on the condition that its item is new.
+func effectHarness(t *testing.T, endpoint string) storetest.EffectHarness {
+	e := newEnv(t, endpoint, nil)
+	other := ddblocal.NewTable(t, e.client)
+	put := func(name string) types.TransactWriteItem {
+		return types.TransactWriteItem{Put: &types.Put{
+			TableName:           &other,
+			Item:                map[string]types.AttributeValue{ddbstore.AttrPK: &types.AttributeValueMemberS{Value: name}},
+			ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		}}
+	}
+	exists := func(t *testing.T, name string) bool {
+		out, err := e.client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &other, ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{ddbstore.AttrPK: &types.AttributeValueMemberS{Value: name}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Item) > 0
+	}
+	return storetest.EffectHarness{
+		Store:  e.store,
+		Write:  func(t *testing.T, name string) idem.Effects { return ddbstore.Effects{put(name)} },
+		Exists: exists,
+		Conflict: func(t *testing.T, name string) idem.Effects {
+			taken := name + "-taken"
+			if _, err := e.client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &other, Item: put(taken).Put.Item}); err != nil {
+				t.Fatal(err)
+			}
+			return ddbstore.Effects{put(name), put(taken)}
+		},
+		TooMany: func(t *testing.T, prefix string) idem.Effects {
+			var eff ddbstore.Effects
+			for i := range ddbstore.MaxEffects + 1 {
+				eff = append(eff, put(fmt.Sprintf("%s-%d", prefix, i)))
+			}
+			return eff
+		},
+		Twice: func(t *testing.T, name string) idem.Effects { return ddbstore.Effects{put(name), put(name)} },
+	}
+}
+
+func TestEffectsMinidyn(t *testing.T) {
+	_, ep := ddblocal.Minidyn(t)
+	storetest.RunEffectTests(t, effectHarness(t, ep))
+}
+
+func TestEffectsMoto(t *testing.T) {
+	storetest.RunEffectTests(t, effectHarness(t, ddblocal.MotoEndpoint(t)))
+}

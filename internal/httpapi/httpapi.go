@@ -111,13 +111,7 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	// The action gets the scoped key: a downstream de-duplicating on it must
 	// not merge two callers who chose the same Idempotency-Key.
 	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
-	out, _ := h.o.Engine.Do(ctx, r, func(ctx context.Context) ([]byte, error) {
-		res, err := h.o.Action(ctx, ev)
-		if err != nil {
-			return nil, err
-		}
-		return action.Encode(res), nil
-	})
+	out, _ := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
 	res := Result{Label: out.Label(), Key: key, Attempts: out.Attempts}
 	if out.Err != nil {
 		res.Code = out.Err.Code

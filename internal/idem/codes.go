@@ -45,6 +45,14 @@ const (
 	// CodeDeadline: too little of the invocation is left for a useful
 	// attempt (see [Budget]). Nothing ran. Retryable.
 	CodeDeadline Code = "DEADLINE"
+	// CodeEffectConditionFailed: one of the action's own writes (Effects)
+	// failed its condition; nothing was applied. A permanent business
+	// failure, stored and replayed.
+	CodeEffectConditionFailed Code = "EFFECT_CONDITION_FAILED"
+	// CodeInvalidEffects: the action's writes cannot be committed (too
+	// many, too large, two on one item, or a store that cannot commit
+	// writes). Permanent, stored.
+	CodeInvalidEffects Code = "INVALID_EFFECTS"
 	// CodeOutcomeUnknown: the action reported a side effect whose outcome it
 	// cannot know (a write sent with no reply). Stored as a permanent
 	// failure, never re-run.

@@ -105,6 +105,11 @@ func (e *Engine) LeaseLost() int64 { return e.leaseLost.Load() }
 // treated as Options.UnknownAs.
 type Action func(ctx context.Context) ([]byte, error)
 
+// Work is an Action that may also return writes to commit atomically with
+// its completion, instead of performing them (see [EffectStore]). Nil
+// effects complete as an Action does.
+type Work func(ctx context.Context) (result []byte, effects Effects, err error)
+
 // Outcome says what Do did.
 type Outcome struct {
 	Key string
@@ -141,6 +146,16 @@ type Outcome struct {
 // The error is nil exactly when the outcome is a success; otherwise it is
 // Outcome.Err.
 func (e *Engine) Do(ctx context.Context, req Request, fn Action) (Outcome, error) {
+	return e.DoWork(ctx, req, func(ctx context.Context) ([]byte, Effects, error) {
+		result, err := fn(ctx)
+		return result, nil, err
+	})
+}
+
+// DoWork is Do for work that may return effects: on success they are
+// committed in the same atomic operation as the record's completion, so
+// either both happened or neither did.
+func (e *Engine) DoWork(ctx context.Context, req Request, fn Work) (Outcome, error) {
 	out := e.do(ctx, req, fn)
 	if out.Err != nil {
 		return out, out.Err
@@ -148,7 +163,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Action) (Outcome, error
 	return out, nil
 }
 
-func (e *Engine) do(ctx context.Context, req Request, fn Action) Outcome {
+func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 	out := Outcome{Key: req.Key}
 	if err := ValidateKey(req.Key); err != nil {
 		out.Err = err.(*Error)
@@ -250,7 +265,7 @@ func (e *Engine) leaseEnd(deadline, now time.Time) time.Time {
 // run executes fn as the owner of rec and records the outcome. ctx is the
 // caller's; sctx bounds the store calls; the action's own ctx ends at
 // workEnd.
-func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, workEnd time.Time, fn Action) Outcome {
+func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, workEnd time.Time, fn Work) Outcome {
 	out := Outcome{Key: rec.Key, Attempts: rec.Attempts}
 	p := e.o.Retry
 	if p.AttemptsPerKey > 0 && rec.Attempts > p.AttemptsPerKey {
@@ -264,9 +279,9 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 	var slept time.Duration
 	for {
 		out.Calls++
-		result, err := e.call(runCtx, rec.Key, fn)
+		result, effects, err := e.call(runCtx, rec.Key, fn)
 		if err == nil {
-			return e.complete(sctx, out, res, result)
+			return e.complete(sctx, out, res, result, effects)
 		}
 		class := Classify(err)
 		if class == ClassUnknown {
@@ -317,11 +332,11 @@ func (e *Engine) release(ctx context.Context, out Outcome, res Reservation, err 
 }
 
 // call runs fn, turning a panic into a permanent PANIC error.
-func (e *Engine) call(ctx context.Context, key string, fn Action) (result []byte, err error) {
+func (e *Engine) call(ctx context.Context, key string, fn Work) (result []byte, effects Effects, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e.o.Logger.ErrorContext(ctx, "action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			err = PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))
+			result, effects, err = nil, nil, PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))
 		}
 	}()
 	return fn(ctx)
@@ -332,16 +347,32 @@ func (e *Engine) finish(res Reservation, attempts int) Finish {
 	return Finish{Key: res.Key, Token: res.Token, Now: now, Attempts: attempts, ExpiresAt: now.Add(e.o.Retention)}
 }
 
-func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, result []byte) Outcome {
+// complete stores the success, with the action's effects in the same
+// atomic write when there are any. The Finish is built once: a repeated
+// write sends exactly the same request (the store's idempotency token for
+// a transaction depends on it).
+func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, result []byte, effects Effects) Outcome {
 	f := e.finish(res, out.Attempts)
 	f.Result = result
-	err := e.write(ctx, func() error { return e.o.Store.Complete(ctx, f) })
+	op := func() error { return e.o.Store.Complete(ctx, f) }
+	if effects != nil && effects.Len() > 0 {
+		es, ok := e.o.Store.(EffectStore)
+		if !ok {
+			return e.fail(ctx, out, res, &Error{Code: CodeInvalidEffects, Message: fmt.Sprintf("the action returned %d writes, and the store cannot commit writes (%T)", effects.Len(), e.o.Store)}, false)
+		}
+		op = func() error { return es.CompleteWithEffects(ctx, f, effects) }
+	}
+	err := e.write(ctx, op)
 	if err == nil {
 		out.Status, out.Result, out.Stored = StatusSucceeded, result, true
 		return out
 	}
-	if ce, ok := errors.AsType[*ClassifiedError](err); ok && ce.Class == ClassPermanent && ce.Code == CodeResultTooLarge {
-		return e.fail(ctx, out, res, &Error{Code: CodeResultTooLarge, Message: err.Error(), Err: err}, false)
+	if ce, ok := errors.AsType[*ClassifiedError](err); ok && ce.Class == ClassPermanent {
+		switch ce.Code {
+		case CodeResultTooLarge, CodeEffectConditionFailed, CodeInvalidEffects:
+			// Nothing was applied: record why, permanently.
+			return e.fail(ctx, out, res, &Error{Code: ce.Code, Message: err.Error(), Err: err}, false)
+		}
 	}
 	return e.writeFailed(ctx, out, "complete", err)
 }

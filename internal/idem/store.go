@@ -144,6 +144,36 @@ type Store interface {
 	Get(ctx context.Context, key string, now time.Time) (rec Record, found bool, err error)
 }
 
+// Effects are an action's own writes, in its store's terms (for DynamoDB:
+// transaction items), handed back for the store to commit in one atomic
+// operation with the record's completion. The domain only carries them.
+type Effects interface {
+	// Len is the number of writes.
+	Len() int
+}
+
+// EffectStore is a Store that can commit an action's writes atomically
+// with its completion: either both happen or neither does, so a crash can
+// never leave the writes done and the record unfinished. This comment is
+// its contract; storetest.RunEffectTests checks it.
+type EffectStore interface {
+	Store
+	// CompleteWithEffects does what Complete does and applies effects, in
+	// one atomic operation, or neither:
+	//   - the completion is conditional on the stored token being f.Token
+	//     and the status IN_PROGRESS; otherwise nothing of effects is
+	//     applied and the error matches ErrLeaseLost;
+	//   - if one of the effects' own conditions fails, nothing is applied
+	//     and the error is permanent with code EFFECT_CONDITION_FAILED,
+	//     naming the item;
+	//   - effects the store cannot commit (too many, too large, two writes
+	//     to one item, not its kind) are refused before anything is sent,
+	//     permanent with code INVALID_EFFECTS;
+	//   - repeating a call whose outcome was unknown is safe: when the
+	//     first one committed, the repeat reports success, never a failure.
+	CompleteWithEffects(ctx context.Context, f Finish, effects Effects) error
+}
+
 // Poison is a note about a message that could not be processed as an event
 // (not JSON, no key, an invalid key, a key reused with another payload).
 // It holds the reason, a short description and a digest of the body, never

@@ -290,13 +290,7 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 func (b *batch) run(ctx context.Context, req idem.Request, m events.SQSMessage) (idem.Outcome, bool) {
 	ev := action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}
 	return b.flight(req, func() idem.Outcome {
-		out, _ := b.h.o.Engine.Do(ctx, req, func(ctx context.Context) ([]byte, error) {
-			r, err := b.h.o.Action(ctx, ev)
-			if err != nil {
-				return nil, err
-			}
-			return action.Encode(r), nil
-		})
+		out, _ := b.h.o.Engine.DoWork(ctx, req, action.Work(b.h.o.Action, ev))
 		return out
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,4 +264,103 @@ func (transientOnly) Complete(context.Context, idem.Finish) error { return errTr
 func (transientOnly) Fail(context.Context, idem.Finish) error     { return errTransient }
 func (transientOnly) Get(context.Context, string, time.Time) (idem.Record, bool, error) {
 	return idem.Record{}, false, errTransient
+}
+
+// memEffects is an in-memory EffectStore for the effect suite's own tests:
+// effects are names of items to create, on the condition that they are new.
+type memEffects struct {
+	*memstore.Store
+	mu    sync.Mutex
+	items map[string]bool
+	bug   string // "", "unfenced", "torn", "repeat-fails"
+}
+
+type writes []string
+
+func (w writes) Len() int { return len(w) }
+
+func (m *memEffects) CompleteWithEffects(ctx context.Context, f idem.Finish, eff idem.Effects) error {
+	w := eff.(writes)
+	seen := map[string]bool{}
+	for _, name := range w {
+		if seen[name] || len(w) > 5 {
+			return idem.PermanentCode(idem.CodeInvalidEffects, errors.New("too many, or one item twice"))
+		}
+		seen[name] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok, _ := m.Get(ctx, f.Key, f.Now)
+	if m.bug != "unfenced" && (!ok || rec.Token != f.Token || rec.Status != idem.StatusInProgress) {
+		if ok && rec.Status == idem.StatusSucceeded && rec.Token == f.Token && m.bug != "repeat-fails" {
+			return nil
+		}
+		return idem.ErrLeaseLost
+	}
+	for _, name := range w {
+		if m.bug == "torn" {
+			defer func() { m.items[name] = true }()
+		}
+		if m.items[name] {
+			return idem.PermanentCode(idem.CodeEffectConditionFailed, errors.New(name+" exists"))
+		}
+	}
+	for _, name := range w {
+		m.items[name] = true
+	}
+	f.Token = rec.Token
+	return m.Store.Complete(ctx, f)
+}
+
+func effectHarness(bug string) storetest.EffectHarness {
+	m := &memEffects{Store: memstore.New(), items: map[string]bool{}, bug: bug}
+	return storetest.EffectHarness{
+		Store:  m,
+		Write:  func(_ *testing.T, name string) idem.Effects { return writes{name} },
+		Exists: func(_ *testing.T, name string) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.items[name] },
+		Conflict: func(_ *testing.T, name string) idem.Effects {
+			m.mu.Lock()
+			m.items[name+"-taken"] = true
+			m.mu.Unlock()
+			return writes{name, name + "-taken"}
+		},
+		TooMany: func(_ *testing.T, p string) idem.Effects {
+			return writes{p + "1", p + "2", p + "3", p + "4", p + "5", p + "6"}
+		},
+		Twice: func(_ *testing.T, name string) idem.Effects { return writes{name, name} },
+	}
+}
+
+func TestRunEffectTestsOnAReferenceStore(t *testing.T) {
+	storetest.RunEffectTests(t, effectHarness(""))
+}
+
+func TestBrokenEffectStore(t *testing.T) {
+	bug := os.Getenv("IDEMTEST_BROKEN_EFFECTS")
+	if bug == "" {
+		t.Skip("run by TestEffectSuiteCatchesBrokenStores")
+	}
+	storetest.RunEffectTests(t, effectHarness(bug))
+}
+
+func TestEffectSuiteCatchesBrokenStores(t *testing.T) {
+	for bug, mustFail := range map[string][]string{
+		"unfenced":     {"StaleOwnerAppliesNothing", "FinishedRecordAppliesNothing", "RacingOwnersCommitOnce"},
+		"torn":         {"FailedConditionAppliesNothing"},
+		"repeat-fails": {"RepeatAfterUnknownOutcomeIsSuccess"},
+	} {
+		t.Run(bug, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenEffectStore$", "-test.v")
+			cmd.Env = append(os.Environ(), "IDEMTEST_BROKEN_EFFECTS="+bug)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the effect suite passed a store that is %q:\n%s", bug, out)
+			}
+			for _, test := range mustFail {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenEffectStore/"+test) {
+					t.Errorf("%s did not fail for a %q store:\n%s", test, bug, out)
+				}
+			}
+		})
+	}
 }
