@@ -45,6 +45,10 @@ const (
 	// CodeDeadline: too little of the invocation is left for a useful
 	// attempt (see [Budget]). Nothing ran. Retryable.
 	CodeDeadline Code = "DEADLINE"
+	// CodeReleased: an operator released the record (see [Operator]): it is
+	// FAILED and retryable with its attempts reset, so the next delivery
+	// takes it over and runs the action again.
+	CodeReleased Code = "RELEASED"
 	// CodeOutcomeUnknown: the action reported a side effect whose outcome it
 	// cannot know (a write sent with no reply). Stored as a permanent
 	// failure, never re-run.
