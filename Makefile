@@ -88,3 +88,4 @@ clean:
 	rm -rf $(TOOLS) .aws-sam bin
 
 include mk/sam.mk
+include mk/stack.mk
