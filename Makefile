@@ -105,3 +105,4 @@ clean:
 	rm -rf $(TOOLS) .aws-sam bin
 
 include mk/sam.mk
+include mk/stack.mk

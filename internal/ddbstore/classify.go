@@ -20,9 +20,13 @@ func RequiredIAMActions() []string {
 
 // permissions names the IAM action each operation needs, for error messages.
 var permissions = map[string]string{
-	"PutItem":    "dynamodb:PutItem",
-	"UpdateItem": "dynamodb:UpdateItem",
-	"GetItem":    "dynamodb:GetItem",
+	"PutItem":            "dynamodb:PutItem",
+	"UpdateItem":         "dynamodb:UpdateItem",
+	"GetItem":            "dynamodb:GetItem",
+	"Query":              "dynamodb:Query",
+	"Scan":               "dynamodb:Scan",
+	"DescribeTable":      "dynamodb:DescribeTable",
+	"TransactWriteItems": "dynamodb:DeleteItem and dynamodb:PutItem",
 }
 
 // classify turns an SDK error (after the SDK's own retries) into idem's
@@ -49,7 +53,11 @@ func (s *Store) classify(op string, err error) error {
 		case "ThrottlingException", "Throttling", "TooManyRequestsException", "RequestThrottled", "TransactionConflictException":
 			return idem.Transient(wrap)
 		case "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
-			return idem.Permanent(fmt.Errorf("access to dynamodb table %q denied: the function's role needs %s on it: %w", s.table, permissions[op], err))
+			caller := s.caller
+			if caller == "" {
+				caller = "the function's role needs"
+			}
+			return idem.Permanent(fmt.Errorf("access to dynamodb table %q denied: %s %s on it: %w", s.table, caller, permissions[op], err))
 		case "ValidationException", "SerializationException":
 			return idem.Permanent(fmt.Errorf("dynamodb rejected %s on table %q as invalid (check the table's key schema: hash key %q of type S): %w", op, s.table, AttrPK, err))
 		}

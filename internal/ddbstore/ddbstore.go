@@ -65,8 +65,8 @@ const (
 	// enforces 405,000, and a margin costs nothing.
 	MaxItemBytes = 400_000
 	// itemOverhead bounds everything in a record but the result: names,
-	// the key, status, fingerprint, token and numbers.
-	itemOverhead = 1024
+	// the key, status, fingerprint, token, numbers and an operator's audit.
+	itemOverhead = 1024 + idem.MaxAudit
 	// CompressAbove is the result size from which results are gzipped.
 	CompressAbove = 32 * 1024
 )
@@ -84,6 +84,7 @@ type Store struct {
 	client    Client
 	table     string
 	namespace string
+	caller    string // who needs a denied permission, for errors: the function's role, or an operator's credentials
 }
 
 // New returns a Store on table, with keys stored as "<namespace>#<key>".
@@ -193,26 +194,21 @@ func (s *Store) conflict(ctx context.Context, op string, r idem.Reservation, err
 
 // TakeOver implements idem.Store with one PutItem that compares and swaps
 // the previous owner's token. Replacing the whole item drops the old
-// failure fields without a REMOVE clause.
+// failure fields (and the triage index key) without a REMOVE clause; the
+// operators' audit is carried forward.
 func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
 	rec := idem.Record{
 		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: prev.Attempts + 1,
 		Token: r.Token, LeaseUntil: r.LeaseUntil, ExpiresAt: time.Unix(epochSeconds(r.ExpiresAt), 0),
 		CreatedAt: time.UnixMilli(prev.CreatedAt.UnixMilli()), UpdatedAt: time.UnixMilli(r.Now.UnixMilli()),
+		// The swap below holds only on prev's token, and an audit changes
+		// only with the token (a release writes a new one): prev's audit is
+		// the stored one.
+		Audit: prev.Audit,
 	}
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
-		Item: map[string]types.AttributeValue{
-			AttrPK:          str(s.pk(r.Key)),
-			AttrStatus:      str(string(idem.StatusInProgress)),
-			AttrFingerprint: str(r.Fingerprint),
-			AttrAttempts:    n(int64(rec.Attempts)),
-			AttrToken:       str(r.Token),
-			AttrLeaseUntil:  ms(r.LeaseUntil),
-			AttrExpiresAt:   n(epochSeconds(r.ExpiresAt)),
-			AttrCreatedAt:   ms(prev.CreatedAt),
-			AttrUpdatedAt:   ms(r.Now),
-		},
+		Item:      s.item(rec),
 		// The swap holds only if nobody changed the record since the engine
 		// judged it claimable (same token, status and attempts), and the
 		// claimable rule is re-checked against the stored values.
@@ -268,18 +264,22 @@ func (s *Store) Complete(ctx context.Context, f idem.Finish) error {
 	return s.finish(ctx, f, completeExpression, completeValues(f, result, enc), AttrResult, AttrResultEnc)
 }
 
-// Fail implements idem.Store: one UpdateItem fenced by the token.
+// Fail implements idem.Store: one UpdateItem fenced by the token. It puts
+// the record in the triage index (see admin.go).
 func (s *Store) Fail(ctx context.Context, f idem.Finish) error {
+	triage, triageSK := s.triageKey(triageFailed, f.Key, f.Now)
 	return s.finish(ctx, f,
 		"SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, "+
-			"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms",
+			"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms, #triage = :triage, #triage_sk = :triage_sk",
 		map[string]types.AttributeValue{
 			":failed":    str(string(idem.StatusFailed)),
 			":code":      str(string(f.ErrorCode)),
 			":msg":       str(f.ErrorMessage),
 			":retryable": &types.AttributeValueMemberBOOL{Value: f.Retryable},
+			":triage":    triage,
+			":triage_sk": triageSK,
 		},
-		AttrErrorCode, AttrErrorMsg, AttrRetryable)
+		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK)
 }
 
 func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values map[string]types.AttributeValue, attrs ...string) error {
@@ -337,8 +337,9 @@ func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + i
 // body's SHA-256 and size, never the body. Its size is bounded whatever the
 // message held: the id is SQS's (at most 100 characters), the description
 // at most idem.MaxPoisonDetail bytes. Writing the same note twice is
-// harmless, so the put is plain.
+// harmless, so the put is plain. The note is in the triage index.
 func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
+	triage, triageSK := s.triageKey(triagePoison, p.ID, p.At)
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
 		Item: map[string]types.AttributeValue{
@@ -351,6 +352,8 @@ func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
 			AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
 			AttrCreatedAt:  ms(p.At),
 			AttrUpdatedAt:  ms(p.At),
+			AttrTriage:     triage,
+			AttrTriageSK:   triageSK,
 		},
 	})
 	if err != nil {
@@ -451,6 +454,7 @@ func decode(item map[string]types.AttributeValue, namespace string) (idem.Record
 		ErrorMessage: d.s(AttrErrorMsg),
 		CreatedAt:    time.UnixMilli(d.n(AttrCreatedAt)),
 		UpdatedAt:    time.UnixMilli(d.n(AttrUpdatedAt)),
+		Audit:        d.s(AttrAudit),
 	}
 	if v, ok := item[AttrRetryable].(*types.AttributeValueMemberBOOL); ok {
 		rec.Retryable = v.Value

@@ -70,13 +70,15 @@ func motoEnv(t *testing.T) *env {
 // harness runs the suite on one server, with faults injected between the
 // store and that server for the classification tests.
 func harness(endpoint string) storetest.Harness {
-	var shared *env
+	var shared *ddbstore.Admin
 	return storetest.Harness{
+		// An Admin is the function's Store plus idem.Operator, which lets
+		// the suite check that the function's writes keep an audit.
 		NewStore: func(t *testing.T) idem.Store {
 			if shared == nil {
-				shared = newEnv(t, endpoint, nil)
+				shared = newEnv(t, endpoint, nil).admin(t)
 			}
-			return shared.store
+			return shared
 		},
 		NewFaulty: func(t *testing.T, k faults.Kind) (idem.Store, string) {
 			ft := &faults.Transport{Replies: ddblocal.Replies}
@@ -104,12 +106,34 @@ func TestConformanceMinidyn(t *testing.T) {
 	_, ep := ddblocal.Minidyn(t)
 	storetest.RunStoreTests(t, harness(ep))
 	storetest.RunPoisonTests(t, newEnv(t, ep, nil).store)
+	storetest.RunOperatorTests(t, operatorHarness(ep))
 }
 
 func TestConformanceMoto(t *testing.T) {
 	ep := ddblocal.MotoEndpoint(t)
 	storetest.RunStoreTests(t, harness(ep))
 	storetest.RunPoisonTests(t, newEnv(t, ep, nil).store)
+	storetest.RunOperatorTests(t, operatorHarness(ep))
+}
+
+// operatorHarness gives the operator suite one Admin (keys are unique).
+func operatorHarness(endpoint string) func(t *testing.T) storetest.OperatorStore {
+	var shared *ddbstore.Admin
+	return func(t *testing.T) storetest.OperatorStore {
+		if shared == nil {
+			shared = newEnv(t, endpoint, nil).admin(t)
+		}
+		return shared
+	}
+}
+
+func (e *env) admin(t *testing.T) *ddbstore.Admin {
+	t.Helper()
+	a, err := ddbstore.NewAdmin(e.client, e.table, "test-fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // TestConformanceRealAWS runs the suite against a real table when

@@ -13,8 +13,9 @@ import (
 )
 
 // CreateTable creates the records table for local runs and tests:
-// PAY_PER_REQUEST, hash key pk (S), TTL on expires_at. It waits until the
-// table is active. ttl is false, with an error wrapping ErrNoTTL, when the
+// PAY_PER_REQUEST, hash key pk (S), the triage index (see admin.go), TTL on
+// expires_at: the table template.yaml declares. It waits until the table
+// is active. ttl is false, with an error wrapping ErrNoTTL, when the
 // server has no TTL API (minidyn).
 //
 // It is never called in the Lambda request path: deployed tables come from
@@ -22,10 +23,22 @@ import (
 func CreateTable(ctx context.Context, client *dynamodb.Client, table string) (ttl bool, err error) {
 	var attempts attemptLog
 	_, err = client.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            &table,
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
+		TableName:   &table,
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrTriage), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrTriageSK), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(IndexTriage),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrTriage), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrTriageSK), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		}},
 	}, attempts.option)
 	if _, exists := errors.AsType[*types.ResourceInUseException](err); exists && attempts.retried() {
 		// The SDK retried after an attempt whose reply was lost (a reset, a

@@ -117,6 +117,53 @@ func TestTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("the triage index is the one ddbstore queries", func(t *testing.T) {
+		p := tpl.props(table)
+		types := map[string]string{}
+		for _, d := range items(get(p, "AttributeDefinitions")) {
+			types[str(get(d, "AttributeName"))] = str(get(d, "AttributeType"))
+		}
+		var found bool
+		for _, gsi := range items(get(p, "GlobalSecondaryIndexes")) {
+			if str(get(gsi, "IndexName")) != ddbstore.IndexTriage {
+				continue
+			}
+			found = true
+			var keys []string
+			for _, k := range items(get(gsi, "KeySchema")) {
+				keys = append(keys, str(get(k, "AttributeName"))+" "+str(get(k, "KeyType"))+" "+types[str(get(k, "AttributeName"))])
+			}
+			want := []string{ddbstore.AttrTriage + " HASH S", ddbstore.AttrTriageSK + " RANGE S"}
+			if diff := cmp.Diff(want, keys); diff != "" {
+				t.Errorf("index %s KeySchema with types (-want +got):\n%s", ddbstore.IndexTriage, diff)
+			}
+			if got := str(get(gsi, "Projection", "ProjectionType")); got != "ALL" {
+				t.Errorf("index %s ProjectionType got %q, want ALL (listings show every field without a read per item)", ddbstore.IndexTriage, got)
+			}
+		}
+		if !found {
+			t.Errorf("got no GlobalSecondaryIndexes entry %q on %s, want the triage index oncelyctl queries", ddbstore.IndexTriage, table)
+		}
+	})
+
+	t.Run("the function's writes index exactly failures and poison notes", func(t *testing.T) {
+		checkIndexedWrites(t, tpl, table)
+	})
+
+	t.Run("the function's role cannot read the index, scan or delete", func(t *testing.T) {
+		for _, fn := range functions {
+			for _, policy := range items(get(tpl.props(fn), "Policies")) {
+				for _, st := range items(get(policy, "Statement")) {
+					for _, action := range scalars(get(st, "Action")) {
+						if slices.Contains(ddbstore.AdminIAMActions(), action) && !slices.Contains(ddbstore.RequiredIAMActions(), action) {
+							t.Errorf("%s: Action %s is an operator's (oncelyctl runs with the operator's credentials), want the function's role without it", fn, action)
+						}
+					}
+				}
+			}
+		}
+	})
+
 	t.Run("IAM grants exactly the actions the code calls, on its resources only", func(t *testing.T) {
 		// Each resource, and exactly the actions its driver lists.
 		sources := map[string]bool{}

@@ -55,6 +55,10 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "build bootstrap: %v\n%s", err, out)
 			return 1
 		}
+		if err := buildOncelyctl(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		return m.Run()
 	}()
 	os.Exit(code)

@@ -53,6 +53,10 @@ const (
 	// many, too large, two on one item, or a store that cannot commit
 	// writes). Permanent, stored.
 	CodeInvalidEffects Code = "INVALID_EFFECTS"
+	// CodeReleased: an operator released the record (see [Operator]): it is
+	// FAILED and retryable with its attempts reset, so the next delivery
+	// takes it over and runs the action again.
+	CodeReleased Code = "RELEASED"
 	// CodeOutcomeUnknown: the action reported a side effect whose outcome it
 	// cannot know (a write sent with no reply). Stored as a permanent
 	// failure, never re-run.

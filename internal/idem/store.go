@@ -32,6 +32,10 @@ type Record struct {
 	Retryable    bool
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// Audit is what operators did to the record by hand (who, when, why),
+	// at most MaxAudit bytes. It is opaque to the engine; take-overs carry
+	// it forward, so it survives the next delivery.
+	Audit string
 }
 
 // Expired reports whether the record's retention has ended at now. An
@@ -113,7 +117,7 @@ type Store interface {
 
 	// TakeOver replaces prev, a record the engine found Claimable, with an
 	// IN_PROGRESS record owned by r.Token, with Attempts prev.Attempts+1,
-	// prev.CreatedAt, and no result or failure fields. It is a
+	// prev.CreatedAt, prev.Audit, and no result or failure fields. It is a
 	// compare-and-swap: it succeeds only if the stored record still has
 	// prev's token, status and attempts, r.Fingerprint, and is still
 	// claimable and unexpired at r.Now. Of many racing take-overs of one

@@ -5,6 +5,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -61,9 +62,48 @@ func (s *Store) TakeOver(_ context.Context, prev idem.Record, r idem.Reservation
 	rec := idem.Record{
 		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: old.Attempts + 1,
 		Token: r.Token, LeaseUntil: r.LeaseUntil, ExpiresAt: r.ExpiresAt, CreatedAt: old.CreatedAt, UpdatedAt: r.Now,
+		Audit: old.Audit,
 	}
 	s.records[r.Key] = rec
 	return clone(rec), true, nil
+}
+
+// Release implements idem.Operator.
+func (s *Store) Release(_ context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	if len(r.Audit) > idem.MaxAudit {
+		return idem.Record{}, false, idem.Permanent(fmt.Errorf("memstore: audit is %d bytes; at most %d", len(r.Audit), idem.MaxAudit))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.swappable(prev, r.Now)
+	if !ok || old.Releasable(r.Now, r.Force) != nil {
+		return clone(old), false, nil
+	}
+	rec := old.Released(r)
+	s.records[prev.Key] = rec
+	return clone(rec), true, nil
+}
+
+// Forget implements idem.Operator.
+func (s *Store) Forget(_ context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.swappable(prev, f.Now)
+	if !ok || old.Forgettable(f.Now) != nil {
+		return clone(old), false, nil
+	}
+	delete(s.records, prev.Key)
+	return clone(old), true, nil
+}
+
+// swappable returns the stored record for prev.Key (zero if none or
+// expired) and whether it is still the one the operator saw.
+func (s *Store) swappable(prev idem.Record, now time.Time) (idem.Record, bool) {
+	old, ok := s.records[prev.Key]
+	if !ok || old.Expired(now) {
+		return idem.Record{}, false
+	}
+	return old, old.Token == prev.Token && old.Status == prev.Status && old.Attempts == prev.Attempts
 }
 
 // Complete implements idem.Store.

@@ -12,6 +12,10 @@ func TestConformance(t *testing.T) {
 	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return memstore.New() }})
 }
 
+func TestOperator(t *testing.T) {
+	storetest.RunOperatorTests(t, func(*testing.T) storetest.OperatorStore { return memstore.New() })
+}
+
 func TestPoisonNotes(t *testing.T) {
 	s := memstore.New()
 	storetest.RunPoisonTests(t, s)

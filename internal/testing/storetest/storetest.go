@@ -71,6 +71,7 @@ func RunStoreTests(t *testing.T, h Harness) {
 		{"RepeatedWriteWithOwnTokenIsOwned", testRepeatedOwnToken},
 		{"OwnTokenOnAFinishedRecordIsNotOwnership", testOwnTokenFinished},
 		{"ExpiredRecordIsNotTakenOver", testExpiredNotTakenOver},
+		{"TakeOverKeepsTheAudit", testTakeOverKeepsAudit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

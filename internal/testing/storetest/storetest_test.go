@@ -25,6 +25,7 @@ func TestRunStoreTestsOnMemstore(t *testing.T) {
 	if len(s.Poisons()) != 1 {
 		t.Errorf("poison notes %v; want 1", s.Poisons())
 	}
+	storetest.RunOperatorTests(t, func(*testing.T) storetest.OperatorStore { return memstore.New() })
 }
 
 // Broken stores each break one rule. The suite must catch every one: a
@@ -64,6 +65,12 @@ var broken = map[string]struct {
 		mustFail: []string{"DuplicateOfFailedKey", "RetryableFailureTakenOver"}},
 	"owns-nothing-twice": {store: func() idem.Store { return ownsNothingTwice{memstore.New()} },
 		mustFail: []string{"RepeatedWriteWithOwnTokenIsOwned"}},
+	"drops-audit": {store: func() idem.Store { return dropsAudit{Store: memstore.New(), taken: &sync.Map{}} },
+		mustFail: []string{"TakeOverKeepsTheAudit"}},
+	"releases-blindly": {store: func() idem.Store { return releasesBlindly{memstore.New()} },
+		mustFail: []string{"ReleaseLiveLeaseRefused", "ReleaseSucceededRefused", "ReleaseIsCompareAndSwap", "ReleaseRacingTakeOverHasOneWinner"}},
+	"forgets-blindly": {store: func() idem.Store { return forgetsBlindly{memstore.New()} },
+		mustFail: []string{"ForgetLiveLeaseRefused", "ForgetIsCompareAndSwap"}},
 }
 
 func TestBrokenStore(t *testing.T) {
@@ -77,6 +84,9 @@ func TestBrokenStore(t *testing.T) {
 		h.NewFaulty = func(_ *testing.T, k faults.Kind) (idem.Store, string) { return b.faulty(k), "the-table" }
 	}
 	storetest.RunStoreTests(t, h)
+	if _, ok := b.store().(storetest.OperatorStore); ok {
+		storetest.RunOperatorTests(t, func(*testing.T) storetest.OperatorStore { return b.store().(storetest.OperatorStore) })
+	}
 }
 
 func TestSuiteCatchesBrokenStores(t *testing.T) {
@@ -363,4 +373,60 @@ func TestEffectSuiteCatchesBrokenStores(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dropsAudit loses the audit at a take-over, as a driver that builds the
+// new record from scratch would: after its first take-over of a key, the
+// key reads back without its audit.
+type dropsAudit struct {
+	*memstore.Store
+	taken *sync.Map
+}
+
+func (s dropsAudit) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	rec, ok, err := s.Store.TakeOver(ctx, prev, r)
+	if ok {
+		s.taken.Store(r.Key, true)
+		rec.Audit = ""
+	}
+	return rec, ok, err
+}
+
+func (s dropsAudit) Get(ctx context.Context, key string, now time.Time) (idem.Record, bool, error) {
+	rec, ok, err := s.Store.Get(ctx, key, now)
+	if _, taken := s.taken.Load(key); taken {
+		rec.Audit = ""
+	}
+	return rec, ok, err
+}
+
+// releasesBlindly releases whatever record is stored now, live or
+// succeeded, without comparing it with what the operator saw.
+type releasesBlindly struct{ *memstore.Store }
+
+func (s releasesBlindly) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	cur, ok, err := s.Store.Get(ctx, prev.Key, r.Now)
+	if !ok || err != nil {
+		return cur, false, err
+	}
+	if cur.Status == idem.StatusSucceeded {
+		// Turn it into something memstore will release.
+		_, _, _ = s.Store.Forget(ctx, cur, idem.Forget{Now: r.Now})
+		cur.Status, cur.Attempts = idem.StatusFailed, 0
+		return cur.Released(r), true, nil
+	}
+	r.Force = true
+	return s.Store.Release(ctx, cur, r)
+}
+
+// forgetsBlindly deletes whatever record is stored now.
+type forgetsBlindly struct{ *memstore.Store }
+
+func (s forgetsBlindly) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	cur, ok, err := s.Store.Get(ctx, prev.Key, f.Now)
+	if !ok || err != nil {
+		return cur, false, err
+	}
+	// Make the live lease look ended to the real store, then delete.
+	return s.Store.Forget(ctx, cur, idem.Forget{Now: cur.LeaseUntil.Add(time.Millisecond)})
 }

@@ -1,0 +1,394 @@
+package ddbstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// The operators' additions to the table contract (README, "The table").
+//
+// The triage index is a sparse global secondary index: only FAILED records
+// and poison notes carry its key. Fail and RecordPoison set it, an
+// operator's Release keeps it (a released record is FAILED), and a
+// take-over's whole-item PutItem drops it; Reserve and Complete never set
+// it. Every success passes through IN_PROGRESS, so indexing in-progress
+// records would charge every event an index write and an index delete;
+// failures are few, and they are what an operator looks for.
+//
+// Its partition key is spread over TriageShards values per namespace and
+// kind, so that a burst of failures (a downstream answering 422 to
+// everything, fast) is not capped by one index partition's write rate
+// (1,000 writes/s), which DynamoDB would push back onto the function's own
+// writes as throttling. Listing queries every shard and merges them.
+const (
+	AttrAudit    = "audit"
+	AttrTriage   = "triage"    // <namespace>#FAILED#<shard> or <namespace>#POISON#<shard>
+	AttrTriageSK = "triage_sk" // <updated_at: 13 digits of epoch ms>#<key or message id>
+	IndexTriage  = "triage"
+	TriageShards = 4
+
+	// StatusForgotten marks a forget note: what an operator deleted, by
+	// whom and why, under "<namespace>#forgotten#<key>".
+	StatusForgotten = "FORGOTTEN"
+	// AttrForgottenStatus is the status the forgotten record had.
+	AttrForgottenStatus = "forgotten_status"
+)
+
+type triageKind string
+
+const (
+	triageFailed triageKind = "FAILED"
+	triagePoison triageKind = "POISON"
+)
+
+// shardOf spreads ids over the triage shards (FNV-1a).
+func shardOf(id string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id)) // a hash never fails to write
+	return int(h.Sum32() % TriageShards)
+}
+
+func (s *Store) triagePK(kind triageKind, shard int) string {
+	return fmt.Sprintf("%s#%s#%d", s.namespace, kind, shard)
+}
+
+func triageSortKey(at time.Time, id string) string {
+	return fmt.Sprintf("%013d#%s", at.UnixMilli(), id)
+}
+
+// triageKey returns the triage index's key for an item of kind about id
+// (a record's key or a poison note's message id) written at at.
+func (s *Store) triageKey(kind triageKind, id string, at time.Time) (pk, sk types.AttributeValue) {
+	return str(s.triagePK(kind, shardOf(id))), str(triageSortKey(at, id))
+}
+
+// item encodes a record without a result (IN_PROGRESS, or FAILED): the
+// inverse of decode for those records. TakeOver and Release write whole
+// items with it. A FAILED record gets the triage index's key.
+func (s *Store) item(rec idem.Record) map[string]types.AttributeValue {
+	item := map[string]types.AttributeValue{
+		AttrPK:          str(s.pk(rec.Key)),
+		AttrStatus:      str(string(rec.Status)),
+		AttrFingerprint: str(rec.Fingerprint),
+		AttrAttempts:    n(int64(rec.Attempts)),
+		AttrToken:       str(rec.Token),
+		AttrLeaseUntil:  ms(rec.LeaseUntil),
+		AttrExpiresAt:   n(epochSeconds(rec.ExpiresAt)),
+		AttrCreatedAt:   ms(rec.CreatedAt),
+		AttrUpdatedAt:   ms(rec.UpdatedAt),
+	}
+	if rec.Status == idem.StatusFailed {
+		item[AttrErrorCode] = str(string(rec.ErrorCode))
+		item[AttrErrorMsg] = str(rec.ErrorMessage)
+		item[AttrRetryable] = &types.AttributeValueMemberBOOL{Value: rec.Retryable}
+		item[AttrTriage], item[AttrTriageSK] = s.triageKey(triageFailed, rec.Key, rec.UpdatedAt)
+	}
+	if rec.Audit != "" {
+		item[AttrAudit] = str(rec.Audit)
+	}
+	return item
+}
+
+// AdminClient is the part of *dynamodb.Client that Admin uses.
+type AdminClient interface {
+	Client
+	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// AdminIAMActions are the IAM actions an operator's credentials need on
+// the table for every Admin method (TransactWriteItems is authorised by
+// the actions of its parts). The function's role never gets them.
+func AdminIAMActions() []string {
+	return []string{"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan"}
+}
+
+// Admin is the operators' view of a function's records: the function's
+// Store (same encoding, same reads) plus idem.Operator, listing, forget
+// notes and a check of the table. It runs with an operator's credentials,
+// never in the function. It is safe for concurrent use once Check has run.
+type Admin struct {
+	*Store
+	admin   AdminClient
+	indexed bool // the table has the triage index (Check finds out)
+}
+
+// NewAdmin returns an Admin on table for the function whose namespace is
+// namespace. Errors about permissions name the operator's credentials.
+func NewAdmin(client AdminClient, table, namespace string) (*Admin, error) {
+	st, err := New(client, table, namespace)
+	if err != nil {
+		return nil, err
+	}
+	st.caller = "your credentials need"
+	return &Admin{Store: st, admin: client, indexed: true}, nil
+}
+
+// Namespace returns the namespace.
+func (a *Admin) Namespace() string { return a.namespace }
+
+// ErrWrongTable means the table exists but is not an oncely records table.
+var ErrWrongTable = errors.New("not an oncely records table")
+
+// TableInfo is what Check learned about the table.
+type TableInfo struct {
+	Indexed   bool  // the triage index exists; without it listings scan
+	ItemCount int64 // DynamoDB's estimate, refreshed about every six hours
+	SizeBytes int64 // likewise
+}
+
+// Check reads the table's description and verifies it has oncely's key
+// schema. A table of another schema gives an error matching ErrWrongTable
+// that says what the table has instead. A table without the triage index
+// (created before it existed) is accepted: listings then scan.
+func (a *Admin) Check(ctx context.Context) (TableInfo, error) {
+	out, err := a.admin.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &a.table})
+	if err != nil {
+		return TableInfo{}, a.classify("DescribeTable", err)
+	}
+	t := out.Table
+	attrTypes := map[string]types.ScalarAttributeType{}
+	for _, d := range t.AttributeDefinitions {
+		attrTypes[aws.ToString(d.AttributeName)] = d.AttributeType
+	}
+	var schema []string
+	ok := len(t.KeySchema) == 1
+	for _, k := range t.KeySchema {
+		name, typ := aws.ToString(k.AttributeName), attrTypes[aws.ToString(k.AttributeName)]
+		// Some servers (minidyn) describe no attribute types: check what is there.
+		ok = ok && name == AttrPK && k.KeyType == types.KeyTypeHash && (typ == "" || typ == types.ScalarAttributeTypeS)
+		if typ == "" {
+			typ = "type not described"
+		}
+		schema = append(schema, fmt.Sprintf("%s %s (%s)", name, k.KeyType, typ))
+	}
+	want := fmt.Sprintf("%s HASH (S)", AttrPK)
+	if !ok {
+		return TableInfo{}, idem.Permanent(fmt.Errorf("dynamodb table %q is %w: its key is %s, want %s; check --table, %s or --stack",
+			a.table, ErrWrongTable, strings.Join(schema, ", "), want, "IDEMPOTENCY_TABLE"))
+	}
+	info := TableInfo{ItemCount: aws.ToInt64(t.ItemCount), SizeBytes: aws.ToInt64(t.TableSizeBytes)}
+	for _, gsi := range t.GlobalSecondaryIndexes {
+		if aws.ToString(gsi.IndexName) == IndexTriage {
+			info.Indexed = true
+		}
+	}
+	a.indexed = info.Indexed
+	return info, nil
+}
+
+// Inspect returns the stored record for key as it is, expired or not, so
+// that an operator can see a record that already counts as absent.
+func (a *Admin) Inspect(ctx context.Context, key string) (idem.Record, bool, error) {
+	out, err := a.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &a.table,
+		Key:            map[string]types.AttributeValue{AttrPK: str(a.pk(key))},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return idem.Record{}, false, a.classify("GetItem", err)
+	}
+	if len(out.Item) == 0 {
+		return idem.Record{}, false, nil
+	}
+	rec, err := decode(out.Item, a.namespace)
+	return rec, err == nil, err
+}
+
+// current returns the live record for key, or a zero Record.
+func (a *Admin) current(ctx context.Context, key string, now time.Time) (idem.Record, error) {
+	rec, found, err := a.Get(ctx, key, now)
+	if err != nil || !found {
+		return idem.Record{}, err
+	}
+	return rec, nil
+}
+
+// Release implements idem.Operator with one PutItem of the whole released
+// record, conditional on the record the operator saw.
+func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	if len(r.Audit) > idem.MaxAudit {
+		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a record holds at most %d", len(r.Audit), idem.MaxAudit))
+	}
+	if prev.Releasable(r.Now, r.Force) != nil {
+		rec, err := a.current(ctx, prev.Key, r.Now)
+		return rec, false, err
+	}
+	rec := prev.Released(r)
+	item := a.item(rec)
+	// The same compare-and-swap as a take-over (token, status, attempts)
+	// with the release rule re-checked on the stored values: a live owner
+	// keeps its lease unless the operator forces it.
+	cond := "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s AND " +
+		"(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))"
+	attrNames := names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt, AttrLeaseUntil)
+	values := map[string]types.AttributeValue{
+		":prev_token":    str(prev.Token),
+		":prev_status":   str(string(prev.Status)),
+		":prev_attempts": n(int64(prev.Attempts)),
+		":now_s":         n(r.Now.Unix()),
+		":now_ms":        ms(r.Now),
+		":failed":        str(string(idem.StatusFailed)),
+		":in_progress":   str(string(idem.StatusInProgress)),
+	}
+	if r.Force {
+		cond = "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s AND " +
+			"(#status = :failed OR #status = :in_progress)"
+		delete(attrNames, "#"+AttrLeaseUntil)
+		delete(values, ":now_ms")
+	}
+	_, err := a.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           &a.table,
+		Item:                                item,
+		ConditionExpression:                 &cond,
+		ExpressionAttributeNames:            attrNames,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		rec, err := decode(item, a.namespace)
+		return rec, err == nil, err
+	}
+	ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	if !ok {
+		return idem.Record{}, false, a.classify("PutItem", err)
+	}
+	cur, err := a.found(ctx, ccf.Item, prev.Key, r.Now)
+	return cur, false, err
+}
+
+// found decodes the item a failed condition returned, or reads the record
+// when the server left it out (minidyn does); expired counts as absent.
+func (a *Admin) found(ctx context.Context, item map[string]types.AttributeValue, key string, now time.Time) (idem.Record, error) {
+	if len(item) == 0 {
+		return a.current(ctx, key, now)
+	}
+	rec, err := decode(item, a.namespace)
+	if err != nil || rec.Expired(now) {
+		return idem.Record{}, err
+	}
+	return rec, nil
+}
+
+func (s *Store) forgottenPK(key string) string { return s.namespace + "#forgotten#" + key }
+
+// Forget implements idem.Operator: one TransactWriteItems that deletes the
+// record, conditional on the record the operator saw, and leaves a forget
+// note with f.Audit under "<namespace>#forgotten#<key>" (see GetForgotten),
+// kept until the record's own retention would have ended.
+func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	if len(f.Audit) > idem.MaxAudit {
+		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a note holds at most %d", len(f.Audit), idem.MaxAudit))
+	}
+	if prev.Forgettable(f.Now) != nil {
+		rec, err := a.current(ctx, prev.Key, f.Now)
+		return rec, false, err
+	}
+	note := map[string]types.AttributeValue{
+		AttrPK:              str(a.forgottenPK(prev.Key)),
+		AttrStatus:          str(StatusForgotten),
+		AttrForgottenStatus: str(string(prev.Status)),
+		AttrFingerprint:     str(prev.Fingerprint),
+		AttrAttempts:        n(int64(prev.Attempts)),
+		AttrErrorCode:       str(string(prev.ErrorCode)),
+		AttrExpiresAt:       n(epochSeconds(prev.ExpiresAt)),
+		AttrCreatedAt:       ms(f.Now),
+		AttrUpdatedAt:       ms(f.Now),
+	}
+	if f.Audit != "" {
+		note[AttrAudit] = str(f.Audit)
+	}
+	_, err := a.admin.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Delete: &types.Delete{
+			TableName: &a.table,
+			Key:       map[string]types.AttributeValue{AttrPK: str(a.pk(prev.Key))},
+			// The compare-and-swap of Release, with the forget rule: never
+			// under a live lease.
+			ConditionExpression: aws.String("#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s AND " +
+				"(#status <> :in_progress OR #lease_until <= :now_ms)"),
+			ExpressionAttributeNames: names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt, AttrLeaseUntil),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":prev_token":    str(prev.Token),
+				":prev_status":   str(string(prev.Status)),
+				":prev_attempts": n(int64(prev.Attempts)),
+				":now_s":         n(f.Now.Unix()),
+				":now_ms":        ms(f.Now),
+				":in_progress":   str(string(idem.StatusInProgress)),
+			},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+		{Put: &types.Put{TableName: &a.table, Item: note}},
+	}})
+	if err == nil {
+		return prev, true, nil
+	}
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) > 0 &&
+		aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		cur, err := a.found(ctx, tce.CancellationReasons[0].Item, prev.Key, f.Now)
+		return cur, false, err
+	}
+	return idem.Record{}, false, a.classify("TransactWriteItems", err)
+}
+
+// ForgetNote is what a forget left behind: the record's state when it was
+// deleted, and the operator's audit (who, when, why).
+type ForgetNote struct {
+	Key         string
+	Status      idem.Status // the forgotten record's status
+	ErrorCode   idem.Code
+	Fingerprint string
+	Attempts    int
+	At          time.Time
+	ExpiresAt   time.Time
+	Audit       string
+}
+
+// GetForgotten returns the forget note for key, with found false if there
+// is none or it has expired at now.
+func (a *Admin) GetForgotten(ctx context.Context, key string, now time.Time) (ForgetNote, bool, error) {
+	out, err := a.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &a.table,
+		Key:            map[string]types.AttributeValue{AttrPK: str(a.forgottenPK(key))},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return ForgetNote{}, false, a.classify("GetItem", err)
+	}
+	if len(out.Item) == 0 {
+		return ForgetNote{}, false, nil
+	}
+	d := decoder{item: out.Item}
+	note := ForgetNote{
+		Key: key, Status: idem.Status(d.s(AttrForgottenStatus)), ErrorCode: idem.Code(d.s(AttrErrorCode)),
+		Fingerprint: d.s(AttrFingerprint), Attempts: int(d.n(AttrAttempts)), At: time.UnixMilli(d.n(AttrCreatedAt)),
+		ExpiresAt: time.Unix(d.n(AttrExpiresAt), 0), Audit: d.s(AttrAudit),
+	}
+	if d.err != nil {
+		return ForgetNote{}, false, idem.Permanent(fmt.Errorf("ddbstore: malformed forget note for %q: %w", key, d.err))
+	}
+	if !now.Before(note.ExpiresAt) {
+		return ForgetNote{}, false, nil
+	}
+	return note, true, nil
+}
+
+// classify is Store.classify, plus the one validation error an operator
+// meets on an older table: a query of an index it does not have.
+func (a *Admin) classify(op string, err error) error {
+	if op == "Query" && strings.Contains(err.Error(), "index") {
+		return idem.Permanent(fmt.Errorf("dynamodb table %q has no index %q (it predates oncelyctl; deploy the current template.yaml, or list with --scan): %w", a.table, IndexTriage, err))
+	}
+	return a.Store.classify(op, err)
+}

@@ -1,0 +1,494 @@
+package ddbstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+)
+
+var servers = []struct {
+	name string
+	env  func(*testing.T) *env
+}{
+	{"minidyn", minidynEnv},
+	{"moto", motoEnv},
+}
+
+// seed writes one record through the store, as the engine would: reserved
+// at at, then completed, failed, or left in progress (lease ended).
+func seed(t *testing.T, s idem.Store, key string, status idem.Status, code idem.Code, at time.Time) idem.Record {
+	t.Helper()
+	ctx := context.Background()
+	r := idem.Reservation{Key: key, Fingerprint: strings.Repeat("f", 64), Token: "tok-" + key, Now: at,
+		LeaseUntil: at.Add(time.Second), ExpiresAt: at.Add(48 * time.Hour)}
+	if _, ok, err := s.Reserve(ctx, r); err != nil || !ok {
+		t.Fatalf("Reserve(%s) = %v, %v", key, ok, err)
+	}
+	f := idem.Finish{Key: key, Token: r.Token, Now: at, Attempts: 1, ExpiresAt: r.ExpiresAt}
+	switch status {
+	case idem.StatusSucceeded:
+		f.Result = []byte(`{"status":202}`)
+		if err := s.Complete(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	case idem.StatusFailed:
+		f.ErrorCode, f.ErrorMessage, f.Retryable = code, "failed: "+string(code), code == idem.CodeTransientFailure
+		if err := s.Fail(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _, err := s.Get(ctx, key, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func rawItem(t *testing.T, e *env, pk string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.client.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.table, ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+func attrS(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// TestTriageIndexKeyFollowsTheFunctionsWrites pins which writes put a record
+// in the sparse triage index: Fail, RecordPoison and Release set its key;
+// Reserve and Complete never do; a take-over's whole-item put removes it.
+func TestTriageIndexKeyFollowsTheFunctionsWrites(t *testing.T) {
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			e := srv.env(t)
+			admin := e.admin(t)
+			ctx := context.Background()
+			at := time.UnixMilli(time.Now().UnixMilli())
+			key := "evt:triage-1:notify"
+			pk := "test-fn#" + key
+			check := func(step, wantTriage, wantSK string) {
+				t.Helper()
+				item := rawItem(t, e, pk)
+				if got := attrS(item, "triage"); got != wantTriage {
+					t.Errorf("after %s: triage got %q, want %q", step, got, wantTriage)
+				}
+				if got := attrS(item, "triage_sk"); got != wantSK {
+					t.Errorf("after %s: triage_sk got %q, want %q", step, got, wantSK)
+				}
+			}
+			rec := seed(t, admin, key, idem.StatusInProgress, "", at)
+			check("Reserve", "", "")
+			if err := admin.Fail(ctx, idem.Finish{Key: key, Token: rec.Token, Now: at, Attempts: 1, ExpiresAt: rec.ExpiresAt, ErrorCode: "HTTP_422"}); err != nil {
+				t.Fatal(err)
+			}
+			shard := "test-fn#FAILED#" + strconv.Itoa(shardOf(key))
+			sk := fmt.Sprintf("%013d#%s", at.UnixMilli(), key)
+			check("Fail", shard, sk)
+			failed, _, _ := admin.Get(ctx, key, at)
+			later := at.Add(time.Second)
+			released, ok, err := admin.Release(ctx, failed, idem.Release{Token: "tok-released", Now: later, Audit: "a"})
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			check("Release", shard, fmt.Sprintf("%013d#%s", later.UnixMilli(), key))
+			next := idem.Reservation{Key: key, Fingerprint: rec.Fingerprint, Token: "tok-next", Now: later, LeaseUntil: later.Add(time.Minute), ExpiresAt: later.Add(time.Hour)}
+			if _, ok, err := admin.TakeOver(ctx, released, next); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			check("TakeOver", "", "")
+			if err := admin.Complete(ctx, idem.Finish{Key: key, Token: "tok-next", Now: later, Attempts: 1, ExpiresAt: next.ExpiresAt, Result: []byte(`1`)}); err != nil {
+				t.Fatal(err)
+			}
+			check("Complete", "", "")
+			if err := admin.RecordPoison(ctx, idem.Poison{ID: "m-1", Reason: idem.CodeNotJSON, At: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			item := rawItem(t, e, "test-fn#poison#m-1")
+			if got, want := attrS(item, "triage"), "test-fn#POISON#"+strconv.Itoa(shardOf("m-1")); got != want {
+				t.Errorf("after RecordPoison: triage got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// shardOf mirrors the driver's FNV-1a spread, to pin the encoding.
+func shardOf(id string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return int(h % ddbstore.TriageShards)
+}
+
+// listAll pages through a query and returns every record's key in order,
+// and the summed cost.
+func listAll(t *testing.T, a *ddbstore.Admin, q ddbstore.Query) ([]string, ddbstore.Cost) {
+	t.Helper()
+	var keys []string
+	var cost ddbstore.Cost
+	for page := 0; ; page++ {
+		if page > 100 {
+			t.Fatal("more than 100 pages: the cursor does not advance")
+		}
+		p, err := a.List(context.Background(), q)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", q, err)
+		}
+		cost.Add(p.Cost)
+		for _, r := range p.Records {
+			keys = append(keys, r.Key)
+		}
+		for _, n := range p.Poison {
+			keys = append(keys, n.ID)
+		}
+		if len(p.Records)+len(p.Poison) > q.Limit && q.Limit > 0 {
+			t.Fatalf("page of %d items, want at most the limit %d", len(p.Records)+len(p.Poison), q.Limit)
+		}
+		if p.Next == "" {
+			return keys, cost
+		}
+		q.Cursor = p.Next
+	}
+}
+
+func TestList(t *testing.T) {
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			e := srv.env(t)
+			admin := e.admin(t)
+			if info, err := admin.Check(context.Background()); err != nil || !info.Indexed {
+				t.Fatalf("Check = %+v, %v; want an indexed table", info, err)
+			}
+			base := time.UnixMilli(time.Now().Add(-time.Hour).UnixMilli())
+			var failed422, failedAll []string // newest first
+			for i := range 9 {
+				code := idem.Code("HTTP_422")
+				if i%3 == 2 {
+					code = idem.CodeTransientFailure
+				}
+				key := fmt.Sprintf("evt:order-%d:refund", i)
+				seed(t, admin, key, idem.StatusFailed, code, base.Add(time.Duration(i)*time.Minute))
+				failedAll = append([]string{key}, failedAll...)
+				if code == "HTTP_422" {
+					failed422 = append([]string{key}, failed422...)
+				}
+			}
+			// Two writes in the same millisecond still page in a total order.
+			seed(t, admin, "evt:same-ms-a:refund", idem.StatusFailed, "HTTP_500", base.Add(20*time.Minute))
+			seed(t, admin, "evt:same-ms-b:refund", idem.StatusFailed, "HTTP_500", base.Add(20*time.Minute))
+			failedAll = append([]string{"evt:same-ms-b:refund", "evt:same-ms-a:refund"}, failedAll...)
+			for i := range 4 {
+				seed(t, admin, fmt.Sprintf("evt:ok-%d:notify", i), idem.StatusSucceeded, "", base.Add(time.Duration(i)*time.Minute))
+			}
+			seed(t, admin, "evt:stuck-1:notify", idem.StatusInProgress, "", base)
+			// Expired, and another function's records: never listed.
+			old := time.UnixMilli(time.Now().Add(-72 * time.Hour).UnixMilli())
+			seed(t, admin, "evt:expired-1:refund", idem.StatusFailed, "HTTP_422", old)
+			other, err := ddbstore.NewAdmin(e.client, e.table, "other-fn")
+			if err != nil {
+				t.Fatal(err)
+			}
+			seed(t, other, "evt:theirs-1:refund", idem.StatusFailed, "HTTP_422", base)
+			for i, reason := range []idem.Code{idem.CodeNotJSON, idem.CodeKeyReused, idem.CodeNotJSON} {
+				if err := admin.RecordPoison(context.Background(), idem.Poison{ID: fmt.Sprintf("msg-%d", i), Reason: reason, At: base.Add(time.Duration(i) * time.Minute), ExpiresAt: base.Add(48 * time.Hour)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now := time.Now()
+			tests := []struct {
+				name    string
+				q       ddbstore.Query
+				want    []string
+				ordered bool
+				method  string
+			}{
+				{"failed, one page", ddbstore.Query{Status: idem.StatusFailed}, failedAll, true, "query"},
+				{"failed, pages of 2", ddbstore.Query{Status: idem.StatusFailed, Limit: 2}, failedAll, true, "query"},
+				{"failed, pages of 1", ddbstore.Query{Status: idem.StatusFailed, Limit: 1}, failedAll, true, "query"},
+				{"by code", ddbstore.Query{Status: idem.StatusFailed, Code: "HTTP_422", Limit: 4}, failed422, true, "query"},
+				{"time window", ddbstore.Query{Status: idem.StatusFailed, Since: base.Add(3 * time.Minute), Until: base.Add(5 * time.Minute)},
+					[]string{"evt:order-5:refund", "evt:order-4:refund", "evt:order-3:refund"}, true, "query"},
+				{"poison by reason", ddbstore.Query{Poison: true, Code: idem.CodeNotJSON}, []string{"msg-2", "msg-0"}, true, "query"},
+				{"failed by scan", ddbstore.Query{Status: idem.StatusFailed, Scan: true, Limit: 3}, failedAll, false, "scan"},
+				{"by code by scan", ddbstore.Query{Status: idem.StatusFailed, Code: "HTTP_422", Scan: true}, failed422, false, "scan"},
+				{"in progress (scan)", ddbstore.Query{Status: idem.StatusInProgress}, []string{"evt:stuck-1:notify"}, false, "scan"},
+				{"succeeded (scan)", ddbstore.Query{Status: idem.StatusSucceeded, Limit: 3},
+					[]string{"evt:ok-0:notify", "evt:ok-1:notify", "evt:ok-2:notify", "evt:ok-3:notify"}, false, "scan"},
+				{"poison by scan", ddbstore.Query{Poison: true, Scan: true}, []string{"msg-0", "msg-1", "msg-2"}, false, "scan"},
+				{"every status (scan)", ddbstore.Query{Since: base.Add(8 * time.Minute)}, []string{"evt:order-8:refund", "evt:same-ms-a:refund", "evt:same-ms-b:refund"}, false, "scan"},
+			}
+			for _, tt := range tests {
+				t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
+					if srv.name == "minidyn" && tt.method == "query" && !tt.q.Poison {
+						// minidyn's index maintenance on UpdateItem (core/index.go,
+						// updateData) replaces another item's index entry when an
+						// update adds the index key, so records that Fail put in the
+						// index are lost; moto and DynamoDB keep them.
+						t.Skip("minidyn loses index keys that UpdateItem adds; checked on moto")
+					}
+					tt.q.Now = now
+					got, cost := listAll(t, admin, tt.q)
+					if !tt.ordered {
+						slices.Sort(got)
+						tt.want = slices.Sorted(slices.Values(tt.want))
+					}
+					if diff := cmp.Diff(tt.want, got); diff != "" {
+						t.Errorf("listed keys (-want +got):\n%s", diff)
+					}
+					if cost.Method != tt.method || cost.ItemsReturned != len(tt.want) {
+						t.Errorf("cost %+v, want method %s and %d items returned", cost, tt.method, len(tt.want))
+					}
+				})
+			}
+			t.Run("bad_cursor", func(t *testing.T) {
+				for _, c := range []string{"zzz", "s" + "c29tZQ", "q!!"} {
+					if _, err := admin.List(context.Background(), ddbstore.Query{Status: idem.StatusFailed, Cursor: c, Now: now}); !errors.Is(err, ddbstore.ErrBadCursor) {
+						t.Errorf("List with cursor %q = %v, want ErrBadCursor", c, err)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestCheckTable(t *testing.T) {
+	_, ep := ddblocal.Minidyn(t)
+	e := newEnv(t, ep, nil)
+	ctx := context.Background()
+	// Another schema: a numeric hash key named id.
+	other := "not-oncely"
+	if _, err := e.client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: &other, BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeN}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// An oncely table from before the index.
+	old := "oncely-before-index"
+	if _, err := e.client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: &old, BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		table   string
+		indexed bool
+		errText string // "" for no error
+	}{
+		{e.table, true, ""},
+		{old, false, ""},
+		{other, false, `dynamodb table "not-oncely" is not an oncely records table: its key is id HASH`},
+		{"no-such-table", false, `dynamodb table "no-such-table" not found`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.table, func(t *testing.T) {
+			a, err := ddbstore.NewAdmin(e.client, tt.table, "fn")
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := a.Check(ctx)
+			if tt.errText == "" && err != nil || tt.errText != "" && (err == nil || !strings.Contains(err.Error(), tt.errText)) {
+				t.Fatalf("Check = %v, want error containing %q", err, tt.errText)
+			}
+			if err != nil && idem.Classify(err) != idem.ClassPermanent {
+				t.Errorf("Check error class %v, want permanent", idem.Classify(err))
+			}
+			if info.Indexed != tt.indexed {
+				t.Errorf("Indexed got %v, want %v", info.Indexed, tt.indexed)
+			}
+			if tt.table == old {
+				seed(t, a, "evt:before-1:notify", idem.StatusFailed, "HTTP_422", time.Now())
+				p, err := a.List(ctx, ddbstore.Query{Status: idem.StatusFailed, Now: time.Now()})
+				if err != nil || p.Cost.Method != "scan" || len(p.Records) != 1 {
+					t.Errorf("List on a table without the index = %d records by %q, %v; want 1 by scan", len(p.Records), p.Cost.Method, err)
+				}
+			}
+		})
+	}
+}
+
+func TestForgetLeavesANote(t *testing.T) {
+	for _, srv := range servers {
+		t.Run(srv.name, func(t *testing.T) {
+			e := srv.env(t)
+			a := e.admin(t)
+			ctx := context.Background()
+			now := time.UnixMilli(time.Now().UnixMilli())
+			rec := seed(t, a, "evt:forget-1:notify", idem.StatusFailed, "HTTP_422", now)
+			if _, ok, err := a.Forget(ctx, rec, idem.Forget{Now: now, Audit: "who and why"}); err != nil || !ok {
+				t.Fatalf("Forget = %v, %v", ok, err)
+			}
+			note, found, err := a.GetForgotten(ctx, rec.Key, now)
+			if err != nil || !found {
+				t.Fatalf("GetForgotten = %v, %v; want the note", found, err)
+			}
+			want := ddbstore.ForgetNote{Key: rec.Key, Status: idem.StatusFailed, ErrorCode: "HTTP_422", Fingerprint: rec.Fingerprint,
+				Attempts: 1, At: now, ExpiresAt: rec.ExpiresAt, Audit: "who and why"}
+			if diff := cmp.Diff(want, note); diff != "" {
+				t.Errorf("forget note (-want +got):\n%s", diff)
+			}
+			if _, found, _ := a.GetForgotten(ctx, rec.Key, rec.ExpiresAt); found {
+				t.Errorf("forget note found at its expiry, want gone with the record's retention")
+			}
+			// The note is not a record: listings and Get never show it.
+			if _, found, _ := a.Get(ctx, rec.Key, now); found {
+				t.Errorf("Get after Forget found a record")
+			}
+			p, err := a.List(ctx, ddbstore.Query{Now: now})
+			if err != nil || len(p.Records) != 0 {
+				t.Errorf("listing after Forget = %d records, %v; want none", len(p.Records), err)
+			}
+		})
+	}
+}
+
+func TestInspectShowsExpiredRecords(t *testing.T) {
+	e := minidynEnv(t)
+	a := e.admin(t)
+	old := time.Now().Add(-72 * time.Hour)
+	seed(t, a, "evt:old-1:notify", idem.StatusSucceeded, "", old)
+	if _, found, _ := a.Get(context.Background(), "evt:old-1:notify", time.Now()); found {
+		t.Fatalf("Get found an expired record")
+	}
+	rec, found, err := a.Inspect(context.Background(), "evt:old-1:notify")
+	if err != nil || !found || !rec.Expired(time.Now()) || rec.Status != idem.StatusSucceeded {
+		t.Errorf("Inspect = %+v, %v, %v; want the expired SUCCEEDED record", rec, found, err)
+	}
+}
+
+func TestOperatorErrorsNameTheOperatorsCredentials(t *testing.T) {
+	e, _ := faultEnv(t, func(op string, n int64) string {
+		return "400 AccessDeniedException"
+	})
+	a := e.admin(t)
+	_, err := a.List(context.Background(), ddbstore.Query{Status: idem.StatusFailed, Now: time.Now()})
+	if err == nil || !strings.Contains(err.Error(), "your credentials need dynamodb:Query") {
+		t.Errorf("List under AccessDenied = %v, want a message that your credentials need dynamodb:Query", err)
+	}
+	if _, _, err := a.Get(context.Background(), "evt:denied-1:x", time.Now()); err == nil || !strings.Contains(err.Error(), "your credentials need dynamodb:GetItem") {
+		t.Errorf("Get under AccessDenied = %v, want a message that your credentials need dynamodb:GetItem", err)
+	}
+}
+
+// TestListCostIndexVersusScan measures what listing the failed records
+// costs both ways on moto, with records written by the store: the index
+// reads only the failed ones, a scan reads the whole table. Set
+// ONCELY_MEASURE_RECORDS to measure a larger table (the README's numbers).
+func TestListCostIndexVersusScan(t *testing.T) {
+	e := motoEnv(t)
+	a := e.admin(t)
+	total, failedEvery := 150, 25
+	if v := os.Getenv("ONCELY_MEASURE_RECORDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < failedEvery {
+			t.Fatalf("ONCELY_MEASURE_RECORDS=%q: want a number >= %d", v, failedEvery)
+		}
+		total = n
+	}
+	now := time.UnixMilli(time.Now().UnixMilli())
+	var wg sync.WaitGroup
+	keys := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range keys {
+				status := idem.StatusSucceeded
+				if i%failedEvery == 0 {
+					status = idem.StatusFailed
+				}
+				seed(t, a, fmt.Sprintf("evt:measure-%06d:notify", i), status, "HTTP_422", now.Add(-time.Duration(i)*time.Millisecond))
+			}
+		})
+	}
+	for i := range total {
+		keys <- i
+	}
+	close(keys)
+	wg.Wait()
+	failed := (total + failedEvery - 1) / failedEvery
+	tableBytes, failedBytes := tableSizes(t, e)
+	q := ddbstore.Query{Status: idem.StatusFailed, Limit: 1000, Now: time.Now()}
+	index, indexCost := listAll(t, a, q)
+	q.Scan = true
+	scan, scanCost := listAll(t, a, q)
+	if len(index) != failed || len(scan) != failed {
+		t.Fatalf("listed %d by index and %d by scan, want %d both ways", len(index), len(scan), failed)
+	}
+	if indexCost.ItemsRead != failed {
+		t.Errorf("the index read %d items, want only the %d failed ones", indexCost.ItemsRead, failed)
+	}
+	if scanCost.ItemsRead != total {
+		t.Errorf("the scan read %d items, want the whole table, %d", scanCost.ItemsRead, total)
+	}
+	// DynamoDB bills a Query or Scan page by the bytes it reads, rounded up
+	// to 4 KB, at half a unit for eventually consistent reads.
+	estimate := func(bytes, calls int) float64 {
+		return math.Max(math.Ceil(float64(bytes)/4096)*0.5, 0.5*float64(calls))
+	}
+	t.Logf("listing %d failed records in a table of %d records (%d bytes; failed %d bytes):", failed, total, tableBytes, failedBytes)
+	t.Logf("  index: %d calls, %d items read, %d returned, %.1f capacity units reported by moto, about %.1f read units by DynamoDB's rule",
+		indexCost.Calls, indexCost.ItemsRead, indexCost.ItemsReturned, indexCost.CapacityUnits, estimate(failedBytes, indexCost.Calls))
+	t.Logf("  scan:  %d calls, %d items read, %d returned, %.1f capacity units reported by moto, about %.1f read units by DynamoDB's rule",
+		scanCost.Calls, scanCost.ItemsRead, scanCost.ItemsReturned, scanCost.CapacityUnits, estimate(tableBytes, scanCost.Calls))
+}
+
+// tableSizes sums item sizes as DynamoDB counts them (names plus values)
+// for the whole table and for its FAILED records.
+func tableSizes(t *testing.T, e *env) (all, failed int) {
+	t.Helper()
+	p := dynamodb.NewScanPaginator(e.client, &dynamodb.ScanInput{TableName: &e.table})
+	for p.HasMorePages() {
+		out, err := p.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range out.Items {
+			size := 0
+			for name, v := range item {
+				size += len(name)
+				switch v := v.(type) {
+				case *types.AttributeValueMemberS:
+					size += len(v.Value)
+				case *types.AttributeValueMemberN:
+					size += (len(v.Value)+1)/2 + 1
+				case *types.AttributeValueMemberB:
+					size += len(v.Value)
+				default:
+					size++
+				}
+			}
+			all += size
+			if attrS(item, "status") == "FAILED" {
+				failed += size
+			}
+		}
+	}
+	return all, failed
+}

@@ -1,0 +1,123 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxAudit bounds a record's audit, so that a record with an audit still
+// holds the largest result a store accepts. Writers of audits (oncelyctl)
+// drop their oldest entries to stay within it; stores refuse longer ones.
+const MaxAudit = 2048
+
+// Refusals of an operator's change. They describe the record as the caller
+// read it; the store re-checks the same rule in its conditional write.
+var (
+	// ErrLeaseLive: the record is IN_PROGRESS and its lease has not ended:
+	// an owner may still be running the action.
+	ErrLeaseLive = errors.New("the record is IN_PROGRESS under a live lease")
+	// ErrNotReleasable: the record is SUCCEEDED; releasing it would run a
+	// completed action again (forget it instead, if that is really wanted).
+	ErrNotReleasable = errors.New("the record is SUCCEEDED")
+)
+
+// Releasable reports whether an operator may release r at now, or why not
+// (an error matching ErrNotReleasable or ErrLeaseLive). A FAILED record may
+// always be released (permanent, exhausted, or retryable with its attempts
+// reset); an IN_PROGRESS one once its lease has ended, or with force while
+// it is live (the owner, if still running, is then fenced off, and its
+// side effect may happen twice). A SUCCEEDED record never.
+func (r Record) Releasable(now time.Time, force bool) error {
+	switch r.Status {
+	case StatusFailed:
+		return nil
+	case StatusInProgress:
+		if force || r.Claimable(now) {
+			return nil
+		}
+		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
+	case StatusSucceeded:
+		return ErrNotReleasable
+	}
+	return fmt.Errorf("the record has unknown status %q", r.Status)
+}
+
+// Forgettable reports whether an operator may delete r at now: any record
+// but an IN_PROGRESS one under a live lease (an error matching
+// ErrLeaseLive), whose owner would then complete into nothing while a
+// duplicate reserved the key afresh.
+func (r Record) Forgettable(now time.Time) error {
+	if r.Status == StatusInProgress && !r.Claimable(now) {
+		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// Release is an operator's request to make a record run again.
+type Release struct {
+	Token string    // a fresh token: the previous owner, if still running, is fenced off
+	Now   time.Time // the operator's clock, which judges the lease and expiry
+	Force bool      // release an IN_PROGRESS record whose lease is live
+	Audit string    // the record's audit after the release; at most MaxAudit bytes
+}
+
+// Released returns the record that releasing r writes: FAILED and
+// retryable with code RELEASED (its message names the state it replaces),
+// Attempts 0 so that the next delivery starts a full count, rel.Token, the
+// lease ended at rel.Now, rel.Audit, and UpdatedAt rel.Now. The key,
+// fingerprint, retention and CreatedAt are kept; a result is dropped. It
+// is the one definition of a released record; stores write it as it is.
+func (r Record) Released(rel Release) Record {
+	was := string(r.Status)
+	switch {
+	case r.Status == StatusFailed && r.ErrorMessage != "":
+		was += " " + string(r.ErrorCode) + ": " + r.ErrorMessage
+	case r.Status == StatusFailed:
+		was += " " + string(r.ErrorCode)
+	case r.Status == StatusInProgress:
+		was += fmt.Sprintf(" (lease until %s)", r.LeaseUntil.UTC().Format(time.RFC3339Nano))
+	}
+	return Record{
+		Key:          r.Key,
+		Status:       StatusFailed,
+		Fingerprint:  r.Fingerprint,
+		Attempts:     0,
+		Token:        rel.Token,
+		LeaseUntil:   time.UnixMilli(rel.Now.UnixMilli()),
+		ExpiresAt:    r.ExpiresAt,
+		ErrorCode:    CodeReleased,
+		ErrorMessage: Truncate(fmt.Sprintf("released by an operator after %d attempt(s); was %s", r.Attempts, was), maxMessageLen),
+		Retryable:    true,
+		CreatedAt:    r.CreatedAt,
+		UpdatedAt:    time.UnixMilli(rel.Now.UnixMilli()),
+		Audit:        rel.Audit,
+	}
+}
+
+// Forget is an operator's request to delete a record.
+type Forget struct {
+	Now   time.Time
+	Audit string // who and why; a store may keep it in a note once the record is gone
+}
+
+// Operator is the part of a store that operators use to repair records
+// after an incident (oncelyctl release and forget). It is optional: the
+// engine never calls it. This comment is the contract, and the
+// conformance suite (storetest.RunOperatorTests) checks it.
+//
+// Both methods are a compare-and-swap on what the operator saw: they act
+// only if the stored record still has prev's token, status and attempts
+// and is unexpired at the request's Now, and they re-check the rule
+// (Releasable, Forgettable) against the stored values. Otherwise they write
+// nothing and return the record they found (a zero Record if there is none
+// or it has expired) with ok false. Of a release racing a take-over of the
+// same record, exactly one succeeds.
+type Operator interface {
+	// Release replaces prev with prev.Released(r) and returns it.
+	Release(ctx context.Context, prev Record, r Release) (rec Record, ok bool, err error)
+	// Forget deletes prev; the next delivery of its event reserves the key
+	// afresh, with any payload.
+	Forget(ctx context.Context, prev Record, f Forget) (rec Record, ok bool, err error)
+}

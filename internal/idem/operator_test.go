@@ -1,0 +1,81 @@
+package idem_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+func TestReleasableAndForgettable(t *testing.T) {
+	now := time.UnixMilli(1_780_000_000_123)
+	tests := []struct {
+		name          string
+		rec           idem.Record
+		force         bool
+		releaseErr    error // nil: releasable
+		forgettable   bool
+		wantSubstring string
+	}{
+		{"permanent failure", idem.Record{Status: idem.StatusFailed, ErrorCode: "HTTP_422"}, false, nil, true, ""},
+		{"retry exhausted", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeRetryExhausted}, false, nil, true, ""},
+		{"retryable failure", idem.Record{Status: idem.StatusFailed, Retryable: true}, false, nil, true, ""},
+		{"lease ended", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(-time.Millisecond)}, false, nil, true, ""},
+		{"lease ends exactly now", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now}, false, nil, true, ""},
+		{"live lease", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(1500 * time.Millisecond)}, false, idem.ErrLeaseLive, false, "1.5s left"},
+		{"live lease forced", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(time.Second)}, true, nil, false, ""},
+		{"succeeded", idem.Record{Status: idem.StatusSucceeded}, false, idem.ErrNotReleasable, true, ""},
+		{"succeeded forced", idem.Record{Status: idem.StatusSucceeded}, true, idem.ErrNotReleasable, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.rec.Releasable(now, tt.force)
+			if tt.releaseErr == nil && err != nil || tt.releaseErr != nil && !errors.Is(err, tt.releaseErr) {
+				t.Errorf("Releasable(force %v) = %v, want %v", tt.force, err, tt.releaseErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.wantSubstring) {
+				t.Errorf("Releasable error %q, want it to contain %q", err, tt.wantSubstring)
+			}
+			if got := tt.rec.Forgettable(now) == nil; got != tt.forgettable {
+				t.Errorf("Forgettable = %v, want %v", got, tt.forgettable)
+			}
+		})
+	}
+}
+
+func TestReleasedRecord(t *testing.T) {
+	now := time.UnixMilli(1_780_000_000_123)
+	created := now.Add(-time.Hour)
+	prev := idem.Record{
+		Key: "evt:order-1:refund", Status: idem.StatusFailed, Fingerprint: strings.Repeat("a", 64), Attempts: 3,
+		Token: "old", LeaseUntil: now.Add(-time.Minute), ExpiresAt: now.Add(48 * time.Hour),
+		ErrorCode: "HTTP_422", ErrorMessage: "422 from downstream", CreatedAt: created, UpdatedAt: now.Add(-time.Minute),
+		Audit: "old audit",
+	}
+	got := prev.Released(idem.Release{Token: "new", Now: now, Audit: "new audit"})
+	want := idem.Record{
+		Key: prev.Key, Status: idem.StatusFailed, Fingerprint: prev.Fingerprint, Attempts: 0, Token: "new",
+		LeaseUntil: now, ExpiresAt: prev.ExpiresAt, ErrorCode: idem.CodeReleased,
+		ErrorMessage: "released by an operator after 3 attempt(s); was FAILED HTTP_422: 422 from downstream",
+		Retryable:    true, CreatedAt: created, UpdatedAt: now, Audit: "new audit",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Released (-want +got):\n%s", diff)
+	}
+	if !got.Claimable(now) {
+		t.Errorf("a released record is not claimable at the release's instant; want claimable")
+	}
+	inProgress := idem.Record{Status: idem.StatusInProgress, LeaseUntil: now, Attempts: 1}
+	if msg := inProgress.Released(idem.Release{Now: now}).ErrorMessage; !strings.Contains(msg, "was IN_PROGRESS (lease until") {
+		t.Errorf("released IN_PROGRESS message %q, want it to name the lease it replaced", msg)
+	}
+	long := prev
+	long.ErrorMessage = strings.Repeat("x", 5000)
+	if n := len(long.Released(idem.Release{Now: now}).ErrorMessage); n > 1024 {
+		t.Errorf("released message is %d bytes, want at most 1024", n)
+	}
+}

@@ -1,0 +1,154 @@
+package opsctl
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// table writes aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer) *table { return &table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)} }
+
+func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// stamp prints a time in UTC to the millisecond, with how long ago or
+// ahead it is.
+func stamp(at, now time.Time) string {
+	if at.IsZero() || at.Unix() == 0 {
+		return "-"
+	}
+	s := at.UTC().Format("2006-01-02T15:04:05.000Z")
+	switch d := now.Sub(at); {
+	case d >= 0:
+		return s + " (" + ago(d) + " ago)"
+	default:
+		return s + " (in " + ago(-d) + ")"
+	}
+}
+
+// ago rounds a duration for people.
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+// explain says, for people, what the function will do with rec.
+func explain(rec idem.Record, now time.Time) string {
+	switch state(rec, now) {
+	case "expired":
+		return "EXPIRED at " + stamp(rec.ExpiresAt, now) + ": the function treats it as absent, so a delivery now runs the action again"
+	case "abandoned":
+		return "IN_PROGRESS, lease ended: the owner stopped (a crash or a timeout); the next delivery takes the key over and runs the action again"
+	case "running":
+		return "IN_PROGRESS, lease live: an owner is running the action; deliveries until the lease ends are refused (IN_PROGRESS, back to the queue)"
+	case "succeeded":
+		return "SUCCEEDED: every delivery gets the stored result until the record expires"
+	case "released":
+		return "FAILED, released by an operator: the next delivery takes the key over and runs the action again"
+	case "retryable":
+		return "FAILED, retryable: the next delivery (a redelivery, or a DLQ redrive) takes the key over and runs the action again; no release needed"
+	case "failed":
+		return "FAILED, permanent: every delivery gets this failure again, without running the action; `oncelyctl release` makes the next delivery run it"
+	}
+	return string(rec.Status)
+}
+
+func short(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// printRecord prints one record for people.
+func printRecord(w io.Writer, rec idem.Record, now time.Time) error {
+	t := newTable(w)
+	t.row("key", rec.Key)
+	t.row("state", explain(rec, now))
+	if rec.Status == idem.StatusFailed {
+		t.row("error", string(rec.ErrorCode)+": "+short(rec.ErrorMessage, 200))
+	}
+	t.row("attempts", fmt.Sprint(rec.Attempts))
+	switch {
+	case rec.Status != idem.StatusInProgress:
+		t.row("lease", "-")
+	case rec.Claimable(now):
+		t.row("lease", "ended "+stamp(rec.LeaseUntil, now))
+	default:
+		t.row("lease", "live until "+stamp(rec.LeaseUntil, now))
+	}
+	t.row("expires", stamp(rec.ExpiresAt, now))
+	t.row("created", stamp(rec.CreatedAt, now))
+	t.row("updated", stamp(rec.UpdatedAt, now))
+	t.row("fingerprint", rec.Fingerprint)
+	t.row("token", rec.Token)
+	v := view(rec, now)
+	switch {
+	case v.Result != nil:
+		t.row("result", short(*v.Result, 200))
+	case v.ResultBase64 != "":
+		t.row("result", fmt.Sprintf("%d bytes, not text (--json has them in base64)", len(rec.Result)))
+	}
+	for i, e := range v.Audit {
+		label := ""
+		if i == 0 {
+			label = "audit"
+		}
+		t.row(label, auditLine(e))
+	}
+	if v.AuditRaw != "" {
+		t.row("audit", short(v.AuditRaw, 200))
+	}
+	return t.flush()
+}
+
+func auditLine(e AuditEntry) string {
+	s := e.At.UTC().Format(time.RFC3339) + " " + e.Op + " by " + e.By
+	if e.Reason != "" {
+		s += fmt.Sprintf(": %q", e.Reason)
+	}
+	return s + " (was " + e.Was + ")"
+}
+
+// costLine says what a listing read.
+func costLine(c ddbstore.Cost, info ddbstore.TableInfo) string {
+	var s string
+	if c.Method == "query" {
+		s = fmt.Sprintf("query of index %s: %s, %s read", ddbstore.IndexTriage, plural(c.Calls, "call", "calls"), plural(c.ItemsRead, "item", "items"))
+	} else {
+		s = fmt.Sprintf("scan of the whole table (about %d items, %d bytes, by DescribeTable): %s, %s read", info.ItemCount, info.SizeBytes,
+			plural(c.Calls, "call", "calls"), plural(c.ItemsRead, "item", "items"))
+	}
+	if c.CapacityReported {
+		s += fmt.Sprintf(", %.1f read capacity units consumed", c.CapacityUnits)
+	} else {
+		s += ", consumed capacity not reported by the server"
+	}
+	return s
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,304 @@
+package opsctl
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+
+	"github.com/oncely/oncely/internal/config"
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/eventkey"
+	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// runner is one run of one command.
+type runner struct {
+	env  Env
+	cmd  string
+	log  *slog.Logger
+	exit int // the exit code when the command returns no error (a batch may end 3 or 4)
+
+	table, namespace, keyExpr, profile, region string
+	json                                       bool
+
+	cfg   aws.Config
+	admin *ddbstore.Admin
+	info  ddbstore.TableInfo
+}
+
+// flags returns the command's flag set with the flags every command takes.
+func (r *runner) flags() *flag.FlagSet {
+	fs := flag.NewFlagSet("oncelyctl "+r.cmd, flag.ContinueOnError)
+	fs.StringVar(&r.table, "table", "", "the records table (default: $"+config.EnvTable+")")
+	fs.StringVar(&r.namespace, "namespace", "", "the function's namespace (default: $"+config.EnvNamespace+", else $"+config.EnvFunctionName+")")
+	fs.StringVar(&r.keyExpr, "key-expr", "", "the function's key expression (default: $"+config.EnvKeyJMESPath+", else "+eventkey.DefaultExpression+")")
+	fs.StringVar(&r.profile, "profile", "", "the AWS profile (default: the SDK's, $AWS_PROFILE)")
+	fs.StringVar(&r.region, "region", "", "the AWS region (default: the SDK's, $AWS_REGION)")
+	fs.BoolVar(&r.json, "json", false, "print JSON for scripts instead of tables")
+	return fs
+}
+
+// parse parses flags interspersed with arguments ("get KEY --json").
+// Errors are one line; -h prints the flags.
+func (r *runner) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(r.env.Stderr)
+				fs.PrintDefaults()
+				return nil, err
+			}
+			return nil, usagef("%v (oncelyctl %s -h lists the flags)", err, r.cmd)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
+
+// setting is a resolved value and where it came from.
+type setting struct {
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+type settings struct {
+	Table     setting `json:"table"`
+	Namespace setting `json:"namespace"`
+	KeyExpr   setting `json:"key_expression"`
+}
+
+// resolve picks each setting from its flag, else the function's own
+// environment variable (the same name the function reads), else its
+// default.
+func (r *runner) resolve() (settings, error) {
+	pick := func(flagName, flagValue string, vars ...string) setting {
+		if flagValue != "" {
+			return setting{flagValue, "--" + flagName}
+		}
+		for _, v := range vars {
+			if val := strings.TrimSpace(r.env.Getenv(v)); val != "" {
+				return setting{val, "$" + v}
+			}
+		}
+		return setting{}
+	}
+	s := settings{
+		Table:     pick("table", r.table, config.EnvTable),
+		Namespace: pick("namespace", r.namespace, config.EnvNamespace, config.EnvFunctionName),
+		KeyExpr:   pick("key-expr", r.keyExpr, config.EnvKeyJMESPath),
+	}
+	if s.KeyExpr.Value == "" {
+		s.KeyExpr = setting{eventkey.DefaultExpression, "default"}
+	}
+	switch {
+	case s.Table.Value == "":
+		return s, usagef("no table: pass --table, or set %s as the function has it", config.EnvTable)
+	case s.Namespace.Value == "":
+		return s, usagef("no namespace: pass --namespace, or set %s as the function has it (its default is the function's name, %s)", config.EnvNamespace, config.EnvFunctionName)
+	case strings.Contains(s.Namespace.Value, "#"):
+		return s, usagef("namespace %q (from %s) contains '#'; the function's never does", s.Namespace.Value, s.Namespace.Source)
+	}
+	if _, err := eventkey.New(s.KeyExpr.Value, ""); err != nil {
+		return s, usagef("%v (from %s)", err, s.KeyExpr.Source)
+	}
+	return s, nil
+}
+
+// connect loads the AWS configuration, checks that there are credentials,
+// and opens and checks the table.
+func (r *runner) connect(ctx context.Context) error {
+	s, err := r.resolve()
+	if err != nil {
+		return err
+	}
+	if r.cfg, err = r.env.AWS(ctx, r.profile, r.region); err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	if r.cfg.Region == "" {
+		return errors.New("no AWS region: set AWS_REGION (or a profile's region), or pass --region")
+	}
+	if r.cfg.Credentials == nil {
+		return errors.New("no AWS credentials: set AWS_PROFILE (or pass --profile), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+	}
+	if _, err := r.cfg.Credentials.Retrieve(ctx); err != nil {
+		return fmt.Errorf("no AWS credentials: set AWS_PROFILE (or pass --profile), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or log in (aws sso login); the SDK said: %v", err)
+	}
+	if r.admin, err = ddbstore.NewAdmin(dynamodb.NewFromConfig(r.cfg), s.Table.Value, s.Namespace.Value); err != nil {
+		return err
+	}
+	if r.info, err = r.admin.Check(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// who names the caller for the audit: the STS caller identity, else the
+// local user, marked unverified.
+func (r *runner) who(ctx context.Context) string {
+	out, err := sts.NewFromConfig(r.cfg).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
+	if err == nil && aws.ToString(out.Arn) != "" {
+		return aws.ToString(out.Arn)
+	}
+	user := r.env.Getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	r.log.Warn("no STS caller identity; the audit names the local user, unverified", "error", oneLine(fmt.Sprint(err)))
+	return "unverified local user " + user
+}
+
+func (r *runner) newToken() string {
+	if r.env.NewToken != nil {
+		return r.env.NewToken()
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// keyFlags are the ways to name a record.
+type keyFlags struct {
+	id, action, apiKey, caller, body string
+}
+
+func (k *keyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.id, "id", "", "the event's id: with --action, the key the function's key expression gives")
+	fs.StringVar(&k.action, "action", "", "the event's action (with --id)")
+	fs.StringVar(&k.apiKey, "api-key", "", "an API caller's Idempotency-Key (with --caller)")
+	fs.StringVar(&k.caller, "caller", "anonymous", "the API caller's scope: anonymous, jwt:SUB, iam:ARN or lambda:PRINCIPAL")
+	fs.StringVar(&k.body, "body", "", "a file holding the event body (- for stdin): its key, by the key expression, and its payload are checked")
+}
+
+// named is a key and, when it came from a body, that body's fingerprint.
+type named struct {
+	key         string
+	fingerprint string
+}
+
+// keys returns the records args and the key flags name. Exactly one way
+// of naming is allowed; a malformed key is a usage error.
+func (r *runner) keys(k keyFlags, args []string, keyExpr string) ([]named, error) {
+	ways := 0
+	for _, used := range []bool{len(args) > 0, k.id != "" || k.action != "", k.apiKey != "", k.body != ""} {
+		if used {
+			ways++
+		}
+	}
+	if ways != 1 {
+		return nil, usagef("name the record one way: KEY..., --id and --action, --api-key (with --caller), or --body")
+	}
+	x, err := eventkey.New(keyExpr, "")
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	switch {
+	case len(args) > 0:
+		var out []named
+		for _, a := range args {
+			if err := idem.ValidateKey(a); err != nil {
+				return nil, usagef("malformed key %q: %s", a, err.(*idem.Error).Message)
+			}
+			out = append(out, named{key: a})
+		}
+		return out, nil
+	case k.id != "" || k.action != "":
+		if k.id == "" || k.action == "" {
+			return nil, usagef("--id and --action go together")
+		}
+		body, _ := json.Marshal(map[string]string{"id": k.id, "action": k.action})
+		req, err := x.Request(body)
+		if err != nil {
+			return nil, usagef("--id %q --action %q give no key with the key expression %q: %s", k.id, k.action, keyExpr, err.(*idem.Error).Message)
+		}
+		return []named{{key: req.Key}}, nil
+	case k.apiKey != "":
+		scope, err := scopeOf(k.caller)
+		if err != nil {
+			return nil, err
+		}
+		if err := idem.ValidateKey(k.apiKey); err != nil || len(k.apiKey) > 100 {
+			return nil, usagef("malformed --api-key %q: the Idempotency-Key header takes 8 to 100 characters of A-Z a-z 0-9 : _ -", k.apiKey)
+		}
+		return []named{{key: httpapi.ScopedKey(scope, k.apiKey)}}, nil
+	default:
+		var body []byte
+		if k.body == "-" {
+			body, err = io.ReadAll(r.env.Stdin)
+		} else {
+			body, err = os.ReadFile(k.body)
+		}
+		if err != nil {
+			return nil, usagef("--body: %v", err)
+		}
+		req, err := x.Request(body)
+		if err != nil {
+			return nil, usagef("--body %s gives no key with the key expression %q: %s", k.body, keyExpr, err.(*idem.Error).Message)
+		}
+		return []named{{key: req.Key, fingerprint: req.Fingerprint}}, nil
+	}
+}
+
+// scopeOf turns --caller into the scope the API adapter uses.
+func scopeOf(caller string) (string, error) {
+	kind, value, _ := strings.Cut(caller, ":")
+	switch {
+	case caller == "anonymous":
+		return caller, nil
+	case value == "":
+	case kind == "jwt", kind == "lambda":
+		return caller, nil
+	case kind == "iam":
+		return "iam:" + httpapi.NormalizePrincipal(value), nil
+	}
+	return "", usagef("--caller %q: want anonymous, jwt:SUB, iam:ARN or lambda:PRINCIPAL (the scope the API keys by)", caller)
+}
+
+// printJSON writes v as indented JSON.
+func (r *runner) printJSON(v any) error {
+	enc := json.NewEncoder(r.env.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// config is the config command: the settings and their sources.
+func (r *runner) config(_ context.Context, args []string) error {
+	fs := r.flags()
+	pos, err := r.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("config takes no arguments, got %q", pos)
+	}
+	s, err := r.resolve()
+	if err != nil {
+		return err
+	}
+	if r.json {
+		return r.printJSON(s)
+	}
+	tw := newTable(r.env.Stdout)
+	tw.row("table", s.Table.Value, "from "+s.Table.Source)
+	tw.row("namespace", s.Namespace.Value, "from "+s.Namespace.Source)
+	tw.row("key expression", s.KeyExpr.Value, "from "+s.KeyExpr.Source)
+	return tw.flush()
+}

@@ -1,0 +1,385 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncely/oncely/internal/idem"
+)
+
+// OperatorStore is a store with the operators' side (idem.Operator).
+type OperatorStore interface {
+	idem.Store
+	idem.Operator
+}
+
+// testTakeOverKeepsAudit: an operator's audit survives the function's later
+// writes. A take-over writes the whole record, so a store that builds the
+// new record from scratch loses who released it and why.
+func testTakeOverKeepsAudit(t *testing.T, s idem.Store) {
+	op, ok := s.(idem.Operator)
+	if !ok {
+		t.Skip("the store has no idem.Operator: nothing writes an audit")
+	}
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.ErrorCode, f.ErrorMessage = "HTTP_422", "422 from downstream"
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	const audit = `[{"op":"release","by":"arn:aws:iam::123456789012:user/ops","reason":"fixed"}]`
+	released, ok, err := op.Release(context.Background(), mustGet(t, s, r.Key, now), idem.Release{Token: token(t), Now: now, Audit: audit})
+	if err != nil || !ok {
+		t.Fatalf("Release = ok %v, err %v; want released", ok, err)
+	}
+	next := reservation(t, r.Key, fpA, now.Add(time.Second))
+	rec, ok, err := s.TakeOver(context.Background(), released, next)
+	if err != nil || !ok {
+		t.Fatalf("TakeOver of the released record = acquired %v, err %v; want acquired", ok, err)
+	}
+	if rec.Audit != audit {
+		t.Errorf("TakeOver returned audit %q, want %q", rec.Audit, audit)
+	}
+	if got := mustGet(t, s, r.Key, next.Now).Audit; got != audit {
+		t.Errorf("audit after the take-over got %q, want %q", got, audit)
+	}
+	done := finish(next, next.Now, 1)
+	done.Result = []byte(`"ok"`)
+	if err := s.Complete(context.Background(), done); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if got := mustGet(t, s, r.Key, next.Now).Audit; got != audit {
+		t.Errorf("audit after Complete got %q, want %q", got, audit)
+	}
+}
+
+// RunOperatorTests checks the idem.Operator contract: release and forget
+// act only on the record the operator saw, never on a live lease (unless
+// forced, for release), and a release racing a take-over has one winner.
+func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s OperatorStore)
+	}{
+		{"ReleaseFailedRecord", testReleaseFailed},
+		{"ReleaseEndedLease", testReleaseEndedLease},
+		{"ReleaseLiveLeaseRefused", testReleaseLiveLease},
+		{"ReleaseLiveLeaseForcedFencesTheOwner", testReleaseForced},
+		{"ReleaseSucceededRefused", testReleaseSucceeded},
+		{"ReleaseIsCompareAndSwap", testReleaseCAS},
+		{"ReleaseMissingOrExpired", testReleaseMissing},
+		{"ReleaseAuditTooLarge", testReleaseAuditTooLarge},
+		{"ReleaseRacingTakeOverHasOneWinner", testReleaseRace},
+		{"ForgetDeletes", testForget},
+		{"ForgetLiveLeaseRefused", testForgetLive},
+		{"ForgetIsCompareAndSwap", testForgetCAS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })
+	}
+}
+
+// failed stores a permanent failure after attempts executions and returns
+// it as read back.
+func failed(t *testing.T, s idem.Store, now time.Time, attempts int) (idem.Reservation, idem.Record) {
+	t.Helper()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, attempts)
+	f.ErrorCode, f.ErrorMessage = "HTTP_422", "422 from downstream"
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	return r, mustGet(t, s, r.Key, now)
+}
+
+func release(t *testing.T, now time.Time) idem.Release {
+	return idem.Release{Token: token(t), Now: now, Audit: "audit " + token(t)}
+}
+
+func testReleaseFailed(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 3)
+	later := now.Add(2 * time.Second)
+	rel := release(t, later)
+	rec, ok, err := s.Release(context.Background(), prev, rel)
+	if err != nil || !ok {
+		t.Fatalf("Release = ok %v, err %v; want released", ok, err)
+	}
+	want := prev.Released(rel)
+	if diff := cmp.Diff(want, rec); diff != "" {
+		t.Errorf("Release returned (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, mustGet(t, s, prev.Key, later)); diff != "" {
+		t.Errorf("Get after Release (-want +got):\n%s", diff)
+	}
+	// The next delivery takes it over and starts a fresh count.
+	next := reservation(t, prev.Key, fpA, later)
+	got, ok, err := s.TakeOver(context.Background(), rec, next)
+	if err != nil || !ok || got.Attempts != 1 {
+		t.Fatalf("TakeOver of the released record = acquired %v, attempts %d, err %v; want acquired at attempt 1", ok, got.Attempts, err)
+	}
+}
+
+func testReleaseEndedLease(t *testing.T, s OperatorStore) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	r.LeaseUntil = now.Add(time.Second)
+	prev := mustReserve(t, s, r)
+	later := now.Add(2 * time.Second)
+	rec, ok, err := s.Release(context.Background(), prev, release(t, later))
+	if err != nil || !ok || rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != 0 {
+		t.Fatalf("Release of an ended lease = %s retryable %v attempts %d, ok %v, err %v; want FAILED, retryable, 0 attempts", rec.Status, rec.Retryable, rec.Attempts, ok, err)
+	}
+	// The crashed owner, were it to wake up, is fenced off.
+	stale := finish(r, later, 1)
+	stale.Result = []byte(`"stale"`)
+	if err := s.Complete(context.Background(), stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the previous owner's Complete after a release = %v; want LEASE_LOST", err)
+	}
+}
+
+func testReleaseLiveLease(t *testing.T, s OperatorStore) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	prev := mustReserve(t, s, r)
+	rec, ok, err := s.Release(context.Background(), prev, release(t, now.Add(time.Second)))
+	if err != nil || ok {
+		t.Fatalf("Release of a live lease = ok %v, err %v; want refused", ok, err)
+	}
+	if rec.Token != r.Token || rec.Status != idem.StatusInProgress {
+		t.Errorf("refused Release returned %s token %s; want the live IN_PROGRESS record, token %s", rec.Status, rec.Token, r.Token)
+	}
+	if got := mustGet(t, s, r.Key, now); got.Token != r.Token || got.Status != idem.StatusInProgress {
+		t.Errorf("refused Release changed the record: %s token %s", got.Status, got.Token)
+	}
+	// The owner is unaffected.
+	f := finish(r, now, 1)
+	f.Result = []byte(`"mine"`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Errorf("the owner's Complete after a refused release = %v; want nil", err)
+	}
+}
+
+func testReleaseForced(t *testing.T, s OperatorStore) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	prev := mustReserve(t, s, r)
+	rel := release(t, now.Add(time.Second))
+	rel.Force = true
+	rec, ok, err := s.Release(context.Background(), prev, rel)
+	if err != nil || !ok || rec.Token != rel.Token {
+		t.Fatalf("forced Release of a live lease = ok %v, token %s, err %v; want released under the new token", ok, rec.Token, err)
+	}
+	f := finish(r, now.Add(2*time.Second), 1)
+	f.Result = []byte(`"late"`)
+	if err := s.Complete(context.Background(), f); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("the fenced-off owner's Complete = %v; want LEASE_LOST", err)
+	}
+	if got := mustGet(t, s, r.Key, now); got.Status != idem.StatusFailed || got.ErrorCode != idem.CodeReleased {
+		t.Errorf("after the owner's late Complete: %s %s; want FAILED RELEASED", got.Status, got.ErrorCode)
+	}
+}
+
+func testReleaseSucceeded(t *testing.T, s OperatorStore) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.Result = []byte(`"done"`)
+	if err := s.Complete(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	prev := mustGet(t, s, r.Key, now)
+	for _, force := range []bool{false, true} {
+		rel := release(t, now)
+		rel.Force = force
+		rec, ok, err := s.Release(context.Background(), prev, rel)
+		if err != nil || ok || rec.Status != idem.StatusSucceeded {
+			t.Errorf("Release (force %v) of a SUCCEEDED record = %s, ok %v, err %v; want refused, SUCCEEDED returned", force, rec.Status, ok, err)
+		}
+	}
+	if got := mustGet(t, s, r.Key, now); got.Status != idem.StatusSucceeded || string(got.Result) != `"done"` {
+		t.Errorf("refused Release changed the record: %s %q", got.Status, got.Result)
+	}
+}
+
+func testReleaseCAS(t *testing.T, s OperatorStore) {
+	now := base()
+	tests := []struct {
+		name   string
+		change func(idem.Record) idem.Record
+	}{
+		{"other token", func(r idem.Record) idem.Record { r.Token = "not-the-token"; return r }},
+		{"other status", func(r idem.Record) idem.Record { r.Status = idem.StatusInProgress; return r }},
+		{"other attempts", func(r idem.Record) idem.Record { r.Attempts++; return r }},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
+			_, cur := failed(t, s, now, 1)
+			rec, ok, err := s.Release(context.Background(), tt.change(cur), release(t, now))
+			if err != nil || ok {
+				t.Fatalf("Release of a record seen with %s = ok %v, err %v; want refused", tt.name, ok, err)
+			}
+			if diff := cmp.Diff(cur, rec); diff != "" {
+				t.Errorf("refused Release returned (-want current +got):\n%s", diff)
+			}
+		})
+	}
+	// A take-over between the operator's read and the release: release a
+	// failure once, let a delivery take it over, then release what was read.
+	_, prev := failed(t, s, now, 1)
+	r := reservation(t, prev.Key, fpA, now)
+	rel, ok, err := s.Release(context.Background(), prev, release(t, now))
+	if err != nil || !ok {
+		t.Fatalf("first Release = ok %v, err %v; want released", ok, err)
+	}
+	if _, ok, err := s.TakeOver(context.Background(), rel, r); err != nil || !ok {
+		t.Fatalf("TakeOver of the released record = acquired %v, err %v; want acquired", ok, err)
+	}
+	rec, ok, err := s.Release(context.Background(), rel, release(t, now))
+	if err != nil || ok || rec.Token != r.Token {
+		t.Errorf("Release of a record taken over since = ok %v, token %s, err %v; want refused, the new owner's record returned", ok, rec.Token, err)
+	}
+}
+
+func testReleaseMissing(t *testing.T, s OperatorStore) {
+	now := base()
+	ghost := idem.Record{Key: uniqueKey(t), Status: idem.StatusFailed, Token: token(t), Attempts: 1, Fingerprint: fpA}
+	if rec, ok, err := s.Release(context.Background(), ghost, release(t, now)); err != nil || ok || rec.Key != "" {
+		t.Errorf("Release of a missing record = %+v, ok %v, err %v; want a zero record, refused", rec, ok, err)
+	}
+	r := reservation(t, uniqueKey(t), fpA, now)
+	r.LeaseUntil, r.ExpiresAt = now.Add(time.Second), now.Add(2*time.Second)
+	prev := mustReserve(t, s, r)
+	if rec, ok, err := s.Release(context.Background(), prev, release(t, now.Add(2*time.Second))); err != nil || ok || rec.Key != "" {
+		t.Errorf("Release of an expired record = %+v, ok %v, err %v; want a zero record, refused (it counts as absent)", rec, ok, err)
+	}
+}
+
+func testReleaseAuditTooLarge(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 1)
+	rel := release(t, now)
+	rel.Audit = strings.Repeat("a", idem.MaxAudit+1)
+	if _, ok, err := s.Release(context.Background(), prev, rel); ok || idem.Classify(err) != idem.ClassPermanent {
+		t.Errorf("Release with a %d-byte audit = ok %v, err %v; want a permanent error", len(rel.Audit), ok, err)
+	}
+	if got := mustGet(t, s, prev.Key, now); got.Token != prev.Token {
+		t.Errorf("a refused Release changed the record")
+	}
+}
+
+// testReleaseRace races operators releasing and deliveries taking over the
+// same retryable record, both judging the same read: exactly one wins.
+func testReleaseRace(t *testing.T, s OperatorStore) {
+	const rounds, each = 8, 6
+	now := base()
+	for round := range rounds {
+		r := reservation(t, uniqueKey(t), fpA, now)
+		mustReserve(t, s, r)
+		f := finish(r, now, 1)
+		f.ErrorCode, f.Retryable = idem.CodeTransientFailure, true
+		if err := s.Fail(context.Background(), f); err != nil {
+			t.Fatal(err)
+		}
+		prev := mustGet(t, s, r.Key, now)
+		var (
+			wg                 sync.WaitGroup
+			mu                 sync.Mutex
+			released, takeOver int
+			start              = make(chan struct{})
+		)
+		for range each {
+			rel := release(t, now)
+			next := reservation(t, r.Key, fpA, now)
+			wg.Go(func() {
+				<-start
+				_, ok, err := s.Release(context.Background(), prev, rel)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("Release: %v", err)
+				}
+				if ok {
+					released++
+				}
+			})
+			wg.Go(func() {
+				<-start
+				_, ok, err := s.TakeOver(context.Background(), prev, next)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("TakeOver: %v", err)
+				}
+				if ok {
+					takeOver++
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if released+takeOver != 1 {
+			t.Fatalf("round %d: %d releases and %d take-overs won; want exactly 1 winner", round, released, takeOver)
+		}
+	}
+}
+
+func testForget(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 1)
+	rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Now: now, Audit: "why"})
+	if err != nil || !ok || rec.Token != prev.Token {
+		t.Fatalf("Forget = ok %v, token %s, err %v; want forgotten, the deleted record returned", ok, rec.Token, err)
+	}
+	if _, found, err := s.Get(context.Background(), prev.Key, now); err != nil || found {
+		t.Fatalf("Get after Forget = found %v, err %v; want not found", found, err)
+	}
+	// A corrected event with another payload now runs.
+	if _, ok, err := s.Reserve(context.Background(), reservation(t, prev.Key, fpB, now)); err != nil || !ok {
+		t.Errorf("Reserve with a new payload after Forget = acquired %v, err %v; want acquired", ok, err)
+	}
+	if rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Now: now}); err != nil || ok || rec.Fingerprint != fpB {
+		t.Errorf("second Forget of the old record = ok %v, fp %s, err %v; want refused, the new record returned", ok, rec.Fingerprint, err)
+	}
+}
+
+func testForgetLive(t *testing.T, s OperatorStore) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	prev := mustReserve(t, s, r)
+	rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Now: now.Add(time.Second)})
+	if err != nil || ok || rec.Token != r.Token {
+		t.Fatalf("Forget of a live lease = ok %v, token %s, err %v; want refused, the live record returned", ok, rec.Token, err)
+	}
+	if _, found, _ := s.Get(context.Background(), r.Key, now); !found {
+		t.Errorf("a refused Forget deleted the record")
+	}
+}
+
+func testForgetCAS(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 1)
+	stale := prev
+	stale.Token = token(t)
+	if _, ok, err := s.Forget(context.Background(), stale, idem.Forget{Now: now}); err != nil || ok {
+		t.Fatalf("Forget with another token = ok %v, err %v; want refused", ok, err)
+	}
+	stale = prev
+	stale.Attempts = 7
+	if _, ok, err := s.Forget(context.Background(), stale, idem.Forget{Now: now}); err != nil || ok {
+		t.Fatalf("Forget with other attempts = ok %v, err %v; want refused", ok, err)
+	}
+	if _, found, _ := s.Get(context.Background(), prev.Key, now); !found {
+		t.Errorf("a refused Forget deleted the record")
+	}
+}
