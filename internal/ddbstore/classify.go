@@ -52,7 +52,10 @@ func (s *Store) classify(op string, err error) error {
 		switch api.ErrorCode() {
 		case "ThrottlingException", "Throttling", "TooManyRequestsException", "RequestThrottled", "TransactionConflictException":
 			return idem.Transient(wrap)
-		case "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
+		case "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
+			// The credentials themselves were refused: no permission would help.
+			return idem.Permanent(fmt.Errorf("dynamodb refused the credentials for %s on table %q (%s): they are missing, invalid or expired; check the credentials and the region: %w", op, s.table, api.ErrorCode(), err))
+		case "AccessDeniedException":
 			caller := s.caller
 			if caller == "" {
 				caller = "the function's role needs"

@@ -392,6 +392,8 @@ func TestFaultsAreClassified(t *testing.T) {
 		{"lost-reply", idem.ClassOutcomeUnknown, "reset"},
 		{"400 ResourceNotFoundException", idem.ClassPermanent, "create it"},
 		{"400 AccessDeniedException", idem.ClassPermanent, "dynamodb:PutItem"},
+		{"400 ExpiredTokenException", idem.ClassPermanent, "refused the credentials"},
+		{"400 UnrecognizedClientException", idem.ClassPermanent, "missing, invalid or expired"},
 		{"400 ValidationException", idem.ClassPermanent, "key schema"},
 	}
 	for _, tt := range tests {

@@ -141,8 +141,10 @@ func (s *Source) classify(stage string, err error) error {
 	}
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
-		case "AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException":
+		case "AccessDeniedException":
 			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", s.id, RequiredIAMActions()[0], api.ErrorCode()))
+		case "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException":
+			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", s.id, api.ErrorCode()))
 		case "DecryptionFailure":
 			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", s.id, api.ErrorCode()))
 		}

@@ -118,8 +118,10 @@ func classify(url string, err error) error {
 	wrap := fmt.Errorf("sqs ChangeMessageVisibilityBatch on %s: %w", url, err)
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
-		case "AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId":
+		case "AccessDenied", "AccessDeniedException":
 			return idem.Permanent(fmt.Errorf("access to %s denied: the function's role needs %s on it: %w", url, RequiredIAMActions()[0], err))
+		case "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "ExpiredToken", "ExpiredTokenException":
+			return idem.Permanent(fmt.Errorf("sqs refused the credentials for %s (%s): missing, invalid or expired: %w", url, api.ErrorCode(), err))
 		case "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist":
 			return idem.Permanent(wrap)
 		}

@@ -1,6 +1,12 @@
-// Package ddbtest starts and connects to the DynamoDB-compatible servers the
-// tests use: minidyn in-process, moto out of process (started by make), and
-// real DynamoDB when asked to. It also counts the calls a store makes.
+// Package ddblocal starts and connects to the DynamoDB-compatible servers
+// the tests, the demo and the benchmarks use: minidyn in-process, moto out
+// of process (started by make), and real DynamoDB when asked to. It counts
+// the calls a store makes, and speaks DynamoDB's error replies for package
+// faults.
+//
+// It is test support and does not import package testing, so the commands
+// that use it (bench, demo) do not link it: test helpers take a TB, which
+// *testing.T and *testing.B satisfy.
 package ddblocal
 
 import (

@@ -1,6 +1,7 @@
-// Package downstream is a webhook receiver for tests, benchmarks and the
-// demo: it counts the deliveries it gets per Idempotency-Key and answers
-// with scripted replies. It is a real HTTP server (run it under
+// Package fakewebhook is a webhook receiver for tests, benchmarks and the
+// demo: it counts the deliveries it gets per Idempotency-Key, keeps each
+// one's signature headers and body, and answers with scripted replies or
+// rules. It is a real HTTP server (run it under
 // httptest.NewServer or http.Server), not a mock of one.
 package fakewebhook
 

@@ -1,8 +1,16 @@
-// Package idemtest holds the conformance suite every idem.Store must pass.
-// A driver's test is one call:
+// Package storetest holds the conformance suites every store must pass:
+// each behaviour the Store contract (internal/idem/store.go) states is a
+// named subtest of RunStoreTests, error classification included;
+// RunPoisonTests checks poison notes, RunEffectTests the EffectStore
+// contract, RunOperatorTests the Operator one. Each suite checks itself
+// against deliberately broken stores (storetest_test.go). A driver's test
+// is one call:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.RunStoreTests(t, func(t *testing.T) idem.Store { return newStore(t) })
+//		storetest.RunStoreTests(t, storetest.Harness{
+//			NewStore:  func(t *testing.T) idem.Store { return newStore(t) },
+//			NewFaulty: func(t *testing.T, k faults.Kind) (idem.Store, string) { ... },
+//		})
 //	}
 //
 // The suite uses unique keys, so one store (or one real table) may serve
