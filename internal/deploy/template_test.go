@@ -20,6 +20,7 @@ import (
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsvisibility"
@@ -54,10 +55,10 @@ func TestTemplate(t *testing.T) {
 		t.Fatalf("got no AWS::Serverless::Function in %s, want at least one", templatePath)
 	}
 	tables := tpl.ofType("AWS::DynamoDB::Table")
-	if len(tables) != 1 {
-		t.Fatalf("got DynamoDB tables %v, want exactly one", tables)
+	if !slices.Equal(tables, []string{"IdempotencyTable", "LedgerTable"}) {
+		t.Fatalf("got DynamoDB tables %v, want IdempotencyTable and LedgerTable", tables)
 	}
-	table := tables[0]
+	table := "IdempotencyTable"
 
 	t.Run("queue visibility covers 6x timeout plus batching window", func(t *testing.T) {
 		events := tpl.sqsEvents(t)
@@ -174,6 +175,7 @@ func TestTemplate(t *testing.T) {
 		for q := range sources {
 			want[q] = slices.Sorted(slices.Values(sqsvisibility.RequiredIAMActions()))
 		}
+		want["LedgerTable"] = slices.Sorted(slices.Values(ledger.RequiredIAMActions()))
 		for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
 			want[secret] = slices.Sorted(slices.Values(secretsource.RequiredIAMActions()))
 		}
@@ -469,6 +471,9 @@ func TestTemplate(t *testing.T) {
 			}
 			if id, ok := ref(vars["IDEMPOTENCY_TABLE"]); !ok || id != table {
 				t.Errorf("%s: IDEMPOTENCY_TABLE got %s, want !Ref %s", fn, describe(vars["IDEMPOTENCY_TABLE"]), table)
+			}
+			if id, ok := ref(vars[config.EnvLedgerTable]); !ok || id != "LedgerTable" {
+				t.Errorf("%s: %s got %s, want !Ref LedgerTable", fn, config.EnvLedgerTable, describe(vars[config.EnvLedgerTable]))
 			}
 			if vars["DOWNSTREAM_URL"] == nil {
 				t.Errorf("%s: DOWNSTREAM_URL got unset, want set (the code requires it)", fn)
