@@ -106,3 +106,4 @@ clean:
 
 include mk/sam.mk
 include mk/stack.mk
+include mk/crash.mk

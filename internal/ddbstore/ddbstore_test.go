@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -781,4 +782,54 @@ func TestEffectsMinidyn(t *testing.T) {
 
 func TestEffectsMoto(t *testing.T) {
 	storetest.RunEffectTests(t, effectHarness(t, ddblocal.MotoEndpoint(t)))
+}
+
+// replyTransport answers the operations in ops with a fixed DynamoDB error
+// body, and forwards the rest.
+type replyTransport struct {
+	ops    []string
+	status int
+	body   string
+}
+
+func (r *replyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !slices.Contains(r.ops, ddblocal.Operation(req)) {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	// The error type is the body's __type: the SDK reads it from the header too.
+	typ := r.body[strings.Index(r.body, "#")+1 : strings.Index(r.body, `","message"`)]
+	resp := ddblocal.ErrorReply(req, r.status, typ)
+	resp.Body = io.NopCloser(strings.NewReader(r.body))
+	return resp, nil
+}
+
+// Throttling and a transaction conflict are transient: the engine retries
+// the commit, and nothing was applied in between.
+func TestEffectCommitThrottledOrConflictingIsTransient(t *testing.T) {
+	for name, rt := range map[string]*replyTransport{
+		"throttled": {ops: []string{"TransactWriteItems"}, status: 400,
+			body: `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"rate exceeded"}`},
+		"conflict": {ops: []string{"TransactWriteItems"}, status: 400,
+			body: `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","message":"Transaction cancelled [None, TransactionConflict]",` +
+				`"CancellationReasons":[{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}]}`},
+		"conflict exception": {ops: []string{"TransactWriteItems"}, status: 400,
+			body: `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"conflict"}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ep := ddblocal.Minidyn(t)
+			cfg := ddblocal.Config(ep, rt)
+			cfg.Retryer = quickRetryer
+			e := newEnvConfig(t, cfg)
+			now := time.Now()
+			r := idem.Reservation{Key: "evt:tx-1:ledger", Fingerprint: strings.Repeat("a", 64), Token: "t1", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
+			if _, ok, err := e.store.Reserve(context.Background(), r); err != nil || !ok {
+				t.Fatal(err)
+			}
+			eff := ddbstore.Effects{{Put: &types.Put{TableName: &e.table, Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "entry"}}}}}
+			err := e.store.CompleteWithEffects(context.Background(), idem.Finish{Key: r.Key, Token: "t1", Now: now, Attempts: 1, ExpiresAt: now.Add(time.Hour)}, eff)
+			if idem.Classify(err) != idem.ClassTransient {
+				t.Errorf("got %v (%v); want transient", err, idem.Classify(err))
+			}
+		})
+	}
 }
