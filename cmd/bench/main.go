@@ -30,6 +30,7 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/sqsbatch"
@@ -149,7 +150,11 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	add("permanent failure", measure(func() { do("evt:calls-3:notify", `{"id":"calls-3"}`) }), 2)
 	add("key reuse (engine; the SQS adapter adds 1 PutItem for the poison note)", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1","x":1}`) }), 1)
 
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Logger: slog.New(slog.DiscardHandler)})
+	keys, err := eventkey.New("", "")
+	if err != nil {
+		return nil, err
+	}
+	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Keys: keys, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +304,11 @@ func batchLatency(ctx context.Context) ([]figure, error) {
 			if err != nil {
 				return nil, err
 			}
-			h, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, MaxConcurrency: conc, Logger: slog.New(slog.DiscardHandler)})
+			keys, err := eventkey.New("", "")
+			if err != nil {
+				return nil, err
+			}
+			h, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Keys: keys, MaxConcurrency: conc, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				return nil, err
 			}
