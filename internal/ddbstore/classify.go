@@ -26,7 +26,7 @@ var permissions = map[string]string{
 	"Query":              "dynamodb:Query",
 	"Scan":               "dynamodb:Scan",
 	"DescribeTable":      "dynamodb:DescribeTable",
-	"TransactWriteItems": "dynamodb:DeleteItem and dynamodb:PutItem",
+	"TransactWriteItems": "each write's own action on its table (dynamodb:PutItem, UpdateItem, DeleteItem or ConditionCheckItem)",
 }
 
 // classify turns an SDK error (after the SDK's own retries) into idem's

@@ -803,21 +803,31 @@ func (r *replyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// Throttling and a transaction conflict are transient: the engine retries
-// the commit, and nothing was applied in between.
-func TestEffectCommitThrottledOrConflictingIsTransient(t *testing.T) {
-	for name, rt := range map[string]*replyTransport{
-		"throttled": {ops: []string{"TransactWriteItems"}, status: 400,
-			body: `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"rate exceeded"}`},
-		"conflict": {ops: []string{"TransactWriteItems"}, status: 400,
-			body: `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","message":"Transaction cancelled [None, TransactionConflict]",` +
-				`"CancellationReasons":[{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}]}`},
-		"conflict exception": {ops: []string{"TransactWriteItems"}, status: 400,
-			body: `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"conflict"}`},
-	} {
-		t.Run(name, func(t *testing.T) {
+// How a refused commit is classified: throttling and conflicts are
+// transient (retried; nothing was applied), a commit still in progress is
+// an unknown outcome (sent again, then read back), and a transaction
+// DynamoDB finds invalid is the action's fault, stored as INVALID_EFFECTS.
+func TestEffectCommitErrorsAreClassified(t *testing.T) {
+	reply := func(typ, extra string) *replyTransport {
+		return &replyTransport{ops: []string{"TransactWriteItems"}, status: 400,
+			body: `{"__type":"com.amazonaws.dynamodb.v20120810#` + typ + `","message":"injected"` + extra + `}`}
+	}
+	tests := []struct {
+		name  string
+		rt    *replyTransport
+		class idem.Class
+		code  idem.Code
+	}{
+		{"throttled", reply("ThrottlingException", ""), idem.ClassTransient, ""},
+		{"cancelled on a conflict", reply("TransactionCanceledException", `,"CancellationReasons":[{"Code":"None"},{"Code":"TransactionConflict"}]`), idem.ClassTransient, ""},
+		{"conflict exception", reply("TransactionConflictException", ""), idem.ClassTransient, ""},
+		{"still in progress", reply("TransactionInProgressException", ""), idem.ClassOutcomeUnknown, ""},
+		{"invalid", reply("ValidationException", ""), idem.ClassPermanent, idem.CodeInvalidEffects},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			_, ep := ddblocal.Minidyn(t)
-			cfg := ddblocal.Config(ep, rt)
+			cfg := ddblocal.Config(ep, tt.rt)
 			cfg.Retryer = quickRetryer
 			e := newEnvConfig(t, cfg)
 			now := time.Now()
@@ -827,9 +837,37 @@ func TestEffectCommitThrottledOrConflictingIsTransient(t *testing.T) {
 			}
 			eff := ddbstore.Effects{{Put: &types.Put{TableName: &e.table, Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "entry"}}}}}
 			err := e.store.CompleteWithEffects(context.Background(), idem.Finish{Key: r.Key, Token: "t1", Now: now, Attempts: 1, ExpiresAt: now.Add(time.Hour)}, eff)
-			if idem.Classify(err) != idem.ClassTransient {
-				t.Errorf("got %v (%v); want transient", err, idem.Classify(err))
+			var ce *idem.ClassifiedError
+			errors.As(err, &ce)
+			if idem.Classify(err) != tt.class || (tt.code != "" && (ce == nil || ce.Code != tt.code)) {
+				t.Errorf("got %v (%v); want class %v code %q", err, idem.Classify(err), tt.class, tt.code)
 			}
 		})
+	}
+}
+
+// Limits checked before anything is sent: an item over DynamoDB's 400 KB,
+// and a write to the record's own table named by its ARN.
+func TestEffectLimitsCheckedBeforeSending(t *testing.T) {
+	e := minidynEnv(t)
+	now := time.Now()
+	r := idem.Reservation{Key: "evt:tx-2:ledger", Fingerprint: strings.Repeat("a", 64), Token: "t2", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
+	if _, ok, err := e.store.Reserve(context.Background(), r); err != nil || !ok {
+		t.Fatal(err)
+	}
+	arn := "arn:aws:dynamodb:us-east-1:123456789012:table/" + e.table
+	for name, eff := range map[string]ddbstore.Effects{
+		"item over 400 KB": {{Put: &types.Put{TableName: aws.String("other"), Item: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "big"}, "v": &types.AttributeValueMemberS{Value: strings.Repeat("x", 410_000)}}}}},
+		"the record itself, by ARN": {{Update: &types.Update{TableName: &arn, UpdateExpression: aws.String("SET x = :x"),
+			Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "test-fn#" + r.Key}},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":x": &types.AttributeValueMemberN{Value: "1"}}}}},
+	} {
+		e.counter.Reset()
+		err := e.store.CompleteWithEffects(context.Background(), idem.Finish{Key: r.Key, Token: "t2", Now: now, Attempts: 1, ExpiresAt: now.Add(time.Hour)}, eff)
+		var ce *idem.ClassifiedError
+		if !errors.As(err, &ce) || ce.Code != idem.CodeInvalidEffects || e.counter.Total() != 0 {
+			t.Errorf("%s: %v after %d calls; want INVALID_EFFECTS before any call", name, err, e.counter.Total())
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/oncely/oncely/internal/idem"
 )
@@ -32,6 +33,12 @@ const (
 // or ConditionCheck transaction items, on any table the function may write,
 // each with its own condition if it needs one. The store commits them with
 // the record's completion in one TransactWriteItems.
+//
+// The store checks the limits it can before sending: at most MaxEffects
+// writes, an item and the whole under DynamoDB's sizes, and no two writes
+// to one item, which it recognises by the key attributes pk (and sk) — a
+// table keyed otherwise relies on DynamoDB's own check, whose refusal is
+// reported the same way (INVALID_EFFECTS).
 type Effects []types.TransactWriteItem
 
 // Len implements idem.Effects.
@@ -111,6 +118,13 @@ func (s *Store) checkEffects(f idem.Finish, items []types.TransactWriteItem) err
 		if err != nil {
 			return invalidEffects("write #%d: %v", i, err)
 		}
+		if n > MaxItemBytes {
+			return invalidEffects("write #%d (table %s, %s) is about %d bytes; an item holds at most %d", i, table, key, n, MaxItemBytes)
+		}
+		// A table named by its ARN is the same table: compare names.
+		if j := strings.LastIndex(table, ":table/"); j >= 0 {
+			table = table[j+len(":table/"):]
+		}
 		id := table + "\x00" + key
 		if j, dup := seen[id]; dup {
 			if j == 0 {
@@ -136,6 +150,18 @@ func (s *Store) transactionError(ctx context.Context, f idem.Finish, items []typ
 		}
 		if _, ok := errors.AsType[*types.IdempotentParameterMismatchException](err); ok {
 			return idem.Permanent(fmt.Errorf("dynamodb TransactWriteItems on table %q: a repeat differed from the first request: %w", s.table, err))
+		}
+		if _, ok := errors.AsType[*types.TransactionInProgressException](err); ok {
+			// The first send of this very request (same ClientRequestToken)
+			// is still being applied: its outcome is unknown until it ends.
+			// The engine sends it again, and the read-back settles it.
+			return idem.OutcomeUnknown(fmt.Errorf("dynamodb TransactWriteItems on table %q: the first attempt is still in progress: %w", s.table, err))
+		}
+		if api, ok := errors.AsType[smithy.APIError](err); ok && api.ErrorCode() == "ValidationException" {
+			// Our own record update is fixed and valid: what DynamoDB
+			// refuses is in the action's writes (a key schema we cannot
+			// check, an item too large, two writes to one item).
+			return invalidEffects("dynamodb refused the transaction: %s", api.ErrorMessage())
 		}
 		return s.classify("TransactWriteItems", err)
 	}

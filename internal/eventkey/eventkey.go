@@ -49,6 +49,13 @@ func New(keyExpr, payloadExpr string) (*Extractor, error) {
 		return nil, fmt.Errorf("key expression %q: %w", keyExpr, err)
 	}
 	x.parts = partNames(keyExpr)
+	for i, name := range x.parts {
+		// A literal part is the operator's: one with the separator would
+		// make every event's key fail the domain's rule at run time.
+		if i != 1 && strings.HasPrefix(name, `"`) && strings.ContainsRune(name, idem.KeySeparator) {
+			return nil, fmt.Errorf("key expression %q: the literal part %s contains %q; only the event id (the second part) may", keyExpr, name, idem.KeySeparator)
+		}
+	}
 	if payloadExpr != "" {
 		if x.payload, err = jmespath.Compile(payloadExpr); err != nil {
 			return nil, fmt.Errorf("payload expression %q: %w", payloadExpr, err)

@@ -132,4 +132,9 @@ func TestNewNamesTheBadExpression(t *testing.T) {
 	if _, err := eventkey.New("", "[["); err == nil || !strings.Contains(err.Error(), "payload expression") {
 		t.Errorf("bad payload expression: %v", err)
 	}
+	// A literal with the separator would refuse every event at run time:
+	// refuse the expression at init instead.
+	if _, err := eventkey.New("['evt:v2', id, action]", ""); err == nil || !strings.Contains(err.Error(), `"evt:v2"`) {
+		t.Errorf("a literal part with ':': %v; want an error naming it", err)
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -98,17 +100,20 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, head, err := n.post(ctx, ev)
+	resp, head, signed, err := n.post(ctx, ev)
 	if err != nil {
 		return action.Result{}, err
 	}
 	if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && n.Signer != nil {
-		// The receiver refused our signature. If the secret was rotated
-		// since we read it, one more try with the new keys is worth it; if
+		// The receiver refused our signature. If the keys now differ from
+		// the ones this request was signed with (a rotation, seen by this
+		// re-read or by another delivery's), one more try is worth it; if
 		// not, the refusal stands (permanent).
-		if changed, rerr := n.Signer.Reload(ctx); rerr == nil && changed {
-			if resp, head, err = n.post(ctx, ev); err != nil {
-				return action.Result{}, err
+		if _, rerr := n.Signer.Reload(ctx); rerr == nil {
+			if now, kerr := n.Signer.Keys(ctx); kerr == nil && !sameKeys(now, signed) {
+				if resp, head, _, err = n.post(ctx, ev); err != nil {
+					return action.Result{}, err
+				}
 			}
 		}
 	}
@@ -132,18 +137,21 @@ func (n *Notifier) now() time.Time {
 }
 
 // post sends one signed POST and returns the reply's status, headers and
-// first bytes; the body is drained for connection reuse.
-func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, []byte, error) {
+// first bytes, and the keys it was signed with; the body is drained for
+// connection reuse. Its errors name the downstream by scheme and host
+// only: a webhook URL's path, query and user info are often credentials,
+// and errors are stored, logged and returned to API callers.
+func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, []byte, [][]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))
 	if err != nil {
-		return nil, nil, idem.Permanent(fmt.Errorf("notify: bad DOWNSTREAM_URL %q: %w", n.URL, err))
+		return nil, nil, nil, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", ev.Key)
+	var keys [][]byte
 	if n.Signer != nil {
-		keys, err := n.Signer.Keys(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("notify: signing keys: %w", err)
+		if keys, err = n.Signer.Keys(ctx); err != nil {
+			return nil, nil, nil, fmt.Errorf("notify: signing keys: %w", err)
 		}
 		for k, v := range webhooksig.Headers(ev.Key, n.now(), ev.Body, keys) {
 			req.Header.Set(k, v)
@@ -155,14 +163,23 @@ func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, [
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		where := req.URL.Scheme + "://" + req.URL.Host
+		// The *url.Error repeats the whole URL: keep its cause only.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
 		// A connection closed before the reply (io.EOF) is a reset too.
 		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
-			return nil, nil, idem.Transient(fmt.Errorf("notify: POST %s: %w", n.URL, err))
+			return nil, nil, nil, idem.Transient(fmt.Errorf("notify: POST to %s: %w", where, err))
 		}
-		return nil, nil, fmt.Errorf("notify: POST %s: %w", n.URL, err)
+		return nil, nil, nil, fmt.Errorf("notify: POST to %s: %w", where, err)
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxSummary))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // drain for connection reuse
-	return resp, head, nil
+	return resp, head, keys, nil
+}
+
+func sameKeys(a, b [][]byte) bool {
+	return slices.EqualFunc(a, b, bytes.Equal)
 }

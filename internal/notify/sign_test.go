@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -130,4 +131,78 @@ func TestUnsignedWhenSigningIsOff(t *testing.T) {
 	if got.Get("webhook-signature") != "" || got.Get("Idempotency-Key") != "evt:signed-1:notify" {
 		t.Errorf("headers %v; want Idempotency-Key and no signature", got)
 	}
+}
+
+// Two deliveries signed with the old key are refused at once; the first
+// re-reads and finds the rotated key. The second's re-read finds nothing
+// new, but its own signature was made with the old key: it must try again
+// too, not store a permanent 401.
+func TestConcurrentDeliveriesSignedBeforeARotationBothRetry(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, newKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	// Both requests are signed before either re-reads: the first two calls
+	// of Keys wait for each other.
+	n.Signer = &barrierKeys{keys: keys{current: [][]byte{oldKey}, next: [][]byte{newKey}}, arrived: make(chan struct{}, 2), both: make(chan struct{})}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	start := make(chan struct{})
+	for i := range 2 {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = n.Do(context.Background(), action.Event{Key: "evt:signed-" + string(rune('a'+i)) + ":notify", Body: []byte(`{}`)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("delivery %d: %v; want success after the rotation", i, err)
+		}
+	}
+}
+
+// A webhook URL often is a credential (a token in its path or query, a
+// password): no error the action returns may contain it, since errors are
+// stored, logged and returned to API callers.
+func TestErrorsNeverHoldTheDownstreamURL(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens: the connection is refused
+	url := "http://hook:pa55word@" + addr + "/services/T000/B000/XXXXSECRETXXXX?token=tok3n"
+	_, err = notify.New(url, time.Second, notify.Classifier{}).Do(context.Background(), signedEvent())
+	if err == nil {
+		t.Fatal("no error from an unreachable downstream")
+	}
+	for _, secret := range []string{"pa55word", "XXXXSECRETXXXX", "tok3n", "hook:"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the error %q holds %q from the URL", err, secret)
+		}
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Errorf("the error %q does not name the host", err)
+	}
+}
+
+// barrierKeys holds its first two Keys calls until both have arrived.
+type barrierKeys struct {
+	keys
+	n       atomic.Int64
+	arrived chan struct{}
+	both    chan struct{}
+	once    sync.Once
+}
+
+func (b *barrierKeys) Keys(ctx context.Context) ([][]byte, error) {
+	if b.n.Add(1) <= 2 {
+		b.arrived <- struct{}{}
+		if len(b.arrived) == 2 {
+			b.once.Do(func() { close(b.both) })
+		}
+		<-b.both
+	}
+	return b.keys.Keys(ctx)
 }

@@ -28,6 +28,15 @@ import (
 // DefaultRefresh is how old the keys may get before they are read again.
 const DefaultRefresh = 5 * time.Minute
 
+const (
+	// refreshTimeout bounds a background re-read, whatever the delivery's
+	// own deadline: a hanging Secrets Manager must not hold deliveries.
+	refreshTimeout = 2 * time.Second
+	// retryFailedRefresh is how long after a failed re-read the next one is
+	// tried; the keys already read stay in use meanwhile.
+	retryFailedRefresh = 30 * time.Second
+)
+
 // RequiredIAMActions are exactly the IAM actions the source calls, on the
 // one secret (the template grants these; a test keeps them in step).
 func RequiredIAMActions() []string { return []string{"secretsmanager:GetSecretValue"} }
@@ -44,9 +53,10 @@ type Source struct {
 	refresh time.Duration
 	now     func() time.Time
 
-	mu     sync.Mutex
-	keys   [][]byte
-	readAt time.Time
+	mu         sync.Mutex
+	keys       [][]byte
+	readAt     time.Time
+	refreshing bool
 }
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
@@ -66,27 +76,51 @@ func (s *Source) Load(ctx context.Context) error {
 	return err
 }
 
-// Keys returns the live keys, current first, reading them again when they
-// are older than the refresh interval. A failed re-read keeps the keys it
-// had: an outage of Secrets Manager does not stop deliveries.
+// Keys returns the live keys, current first. When they are older than the
+// refresh interval, one caller reads them again, with a short timeout of its
+// own, while every other caller goes on with the keys already read: an
+// outage or a hang of Secrets Manager never stops deliveries. A failed
+// re-read is tried again after 30 s.
 func (s *Source) Keys(ctx context.Context) ([][]byte, error) {
 	s.mu.Lock()
 	keys, stale := s.keys, s.now().Sub(s.readAt) >= s.refresh
+	refresh := stale && !s.refreshing && keys != nil
+	if refresh {
+		s.refreshing = true
+	}
 	s.mu.Unlock()
-	if !stale && keys != nil {
-		return keys, nil
+	if keys == nil {
+		// Never read (Load was not called, or failed): read now.
+		if _, err := s.reload(ctx); err != nil {
+			return nil, err
+		}
+		return s.current(), nil
 	}
-	if _, err := s.reload(ctx); err != nil && keys == nil {
-		return nil, err
+	if refresh {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+		_, err := s.reload(rctx)
+		cancel()
+		s.mu.Lock()
+		s.refreshing = false
+		if err != nil {
+			// Keep the keys; try again in a while, not on every delivery.
+			s.readAt = s.now().Add(retryFailedRefresh - s.refresh)
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keys, nil
+	return s.current(), nil
 }
 
-// Reload reads the keys again now, and reports whether they changed. The
-// caller uses it when a receiver refuses a signature (401/403): a changed
-// secret deserves one more try.
+func (s *Source) current() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys
+}
+
+// Reload reads the keys again now (the caller does this when a receiver
+// refuses a signature) and reports whether they differ from the keys held
+// before. A caller comparing with the keys it signed with must compare
+// those itself: another delivery may have reloaded first.
 func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 	return s.reload(ctx)
 }

@@ -5,12 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/secretsource"
@@ -126,5 +130,61 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	}
 	if keys, err := src.Keys(context.Background()); err != nil || len(keys) != 1 {
 		t.Errorf("keys after a failed refresh: %d, %v; want the last good key", len(keys), err)
+	}
+}
+
+// hangingAPI answers the first GetSecretValue calls and then hangs until
+// the caller gives up, as an unreachable endpoint does.
+type hangingAPI struct {
+	value   string
+	answers atomic.Int64
+	calls   atomic.Int64
+}
+
+func (h *hangingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	h.calls.Add(1)
+	if h.answers.Add(-1) >= 0 {
+		if aws.ToString(in.VersionStage) == "AWSPENDING" {
+			return nil, &types.ResourceNotFoundException{Message: aws.String("no pending version")}
+		}
+		return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(h.value)}, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A hanging Secrets Manager never holds deliveries: one caller re-reads
+// (with a short timeout of its own), the others go on with the keys they
+// have, and a failed re-read is not tried again on every delivery.
+func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
+	api := &hangingAPI{value: newSecretValue()}
+	api.answers.Store(2) // Load: AWSCURRENT and AWSPENDING
+	src := secretsource.New(api, "webhook", time.Nanosecond)
+	if err := src.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			keys, err := src.Keys(context.Background())
+			if err == nil && len(keys) != 1 {
+				err = fmt.Errorf("%d keys", len(keys))
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Keys during a hang: %v; want the keys already read", err)
+		}
+	}
+	if n := api.calls.Load(); n != 3 {
+		t.Errorf("%d GetSecretValue calls; want 3 (Load's two, then one re-read for all callers)", n)
+	}
+	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 3 {
+		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call for 30 s", err, api.calls.Load())
 	}
 }

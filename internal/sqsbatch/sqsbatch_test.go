@@ -73,6 +73,7 @@ type fixture struct {
 	store *memstore.Store
 	vis   *recorder
 	h     *sqsbatch.Handler
+	keys  *eventkey.Extractor
 	logs  *bytes.Buffer
 }
 
@@ -96,6 +97,7 @@ func newFixture(t testing.TB, mod ...func(*sqsbatch.Options)) *fixture {
 	for _, m := range mod {
 		m(&o)
 	}
+	f.keys = o.Keys
 	if f.h, err = sqsbatch.New(o); err != nil {
 		t.Fatal(err)
 	}
