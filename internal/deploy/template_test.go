@@ -249,7 +249,18 @@ func TestTemplate(t *testing.T) {
 				}
 				var dims []string
 				for _, d := range items(get(m, "Dimensions")) {
-					dims = append(dims, str(get(d, "Name")))
+					name, value := str(get(d, "Name")), get(d, "Value")
+					dims = append(dims, name)
+					switch name {
+					case "Source":
+						if v := str(value); v != router.SourceSQS && v != router.SourceHTTP {
+							t.Errorf("%s: Source %q; want %q or %q, the values the function writes", alarm, v, router.SourceSQS, router.SourceHTTP)
+						}
+					case "FunctionName":
+						if id, ok := ref(value); !ok || !slices.Contains(functions, id) {
+							t.Errorf("%s: FunctionName %s; want !Ref of the function", alarm, describe(value))
+						}
+					}
 				}
 				slices.Sort(dims)
 				if want := slices.Sorted(slices.Values(emf.Dimensions)); !slices.Equal(dims, want) {

@@ -39,7 +39,7 @@ func (f *fn) recordLines(messageID string) []map[string]any {
 // message visible again instead of waiting it out. Once the webhook heals,
 // the next delivery runs the action once and is acknowledged.
 func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
-	f := start(t, 10, "SQS_BACKOFF_BASE=2s", "SQS_BACKOFF_MAX=16s", "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY=2")
+	f := start(t, 10, "SQS_BACKOFF_BASE=30s", "SQS_BACKOFF_MAX=4m", "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY=2")
 	q := sqslocal.NewQueue(t, sqslocal.Client(ddblocal.MotoEndpoint(t)), false, nil)
 	outage := make([]fakewebhook.Reply, 8)
 	for i := range outage {
@@ -81,9 +81,9 @@ func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 			t.Fatalf("delivery %d after healing: failures %v, outcome %v; want executed and acknowledged", delivery, failedIDs, last["outcome"])
 		}
 	}
-	// 2 s base doubling to the 16 s cap, each in [d/2, d], whole seconds.
+	// 30 s base doubling to the 4 min cap, each in [d/2, d], whole seconds.
 	for i, d := range requested {
-		c := min(2<<i, 16)
+		c := min(30<<i, 240)
 		if d < c/2 || d > c {
 			t.Errorf("delivery %d: visibility %d s; want within [%d, %d]", i+1, d, c/2, c)
 		}
@@ -107,9 +107,15 @@ func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 func TestE2ENotifyTimeoutLongerThanTheFunctionsIsWarnedOnce(t *testing.T) {
 	f := start(t, 3, "NOTIFY_TIMEOUT=10s")
 	f.down.Script(key42, fakewebhook.Reply{Hang: true})
-	ids := f.sqs(sqsBatch(t, [2]string{"m1", body42}))
-	if len(ids) != 1 || f.down.Count(key42) != 1 {
-		t.Fatalf("failures %v, webhook calls %d; want the record run once and sent back", ids, f.down.Count(key42))
+	// On a loaded machine a cold start can leave the first invocation too
+	// little time to start the record (DEADLINE); SQS would deliver again.
+	for delivery := 1; f.down.Count(key42) == 0; delivery++ {
+		if delivery > 5 {
+			t.Fatalf("no delivery reached the webhook:\n%s", f.emu.Log())
+		}
+		if ids := f.sqs(sqsBatch(t, [2]string{"m1", body42})); len(ids) != 1 {
+			t.Fatalf("failures %v; want m1 sent back (the request was cut to the time left)", ids)
+		}
 	}
 	if ids := f.sqs(sqsBatch(t, [2]string{"m2", `{"id":"release-43","action":"notify"}`})); len(ids) != 0 {
 		t.Fatalf("second invocation failures %v", ids)
@@ -121,8 +127,8 @@ func TestE2ENotifyTimeoutLongerThanTheFunctionsIsWarnedOnce(t *testing.T) {
 		t.Errorf("the warning does not name the function's timeout:\n%s", f.emu.Log())
 	}
 	lines := f.recordLines("m1")
-	if len(lines) != 1 || lines[0]["outcome"] != "transient" {
-		t.Fatalf("record lines %v; want one transient outcome (the request cut to the time left)", lines)
+	if last := lines[len(lines)-1]; last["outcome"] != "transient" {
+		t.Fatalf("record lines %v; want the request cut to the time left, a transient outcome", lines)
 	}
 }
 

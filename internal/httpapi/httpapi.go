@@ -79,6 +79,9 @@ type Result struct {
 	Code     idem.Code
 	Key      string
 	Attempts int
+	// Error is the failure's full message, for the log: callers get a
+	// fixed sentence where it would name internals (see detail).
+	Error string
 }
 
 // Handle serves one request.
@@ -86,7 +89,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	start := h.o.Now()
 	resp, res := h.handle(ctx, req)
 	h.o.Logger.InfoContext(ctx, "request", "requestId", req.RequestContext.RequestID, "key", res.Key, "outcome", string(res.Label),
-		"code", string(res.Code), "status", resp.StatusCode, "attempts", res.Attempts, "duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
+		"code", string(res.Code), "status", resp.StatusCode, "attempts", res.Attempts, "error", res.Error,
+		"duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
 	return resp, res
 }
 
@@ -114,8 +118,8 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	out, _ := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
 	res := Result{Label: out.Label(), Key: key, Attempts: out.Attempts}
 	if out.Err != nil {
-		res.Code = out.Err.Code
-		resp := problem(status(out), out.Err.Code, out.Err.Message, out.Err.RetryAfter)
+		res.Code, res.Error = out.Err.Code, out.Err.Message
+		resp := problem(status(out), out.Err.Code, detail(out), out.Err.RetryAfter)
 		if out.Replayed {
 			resp.Headers["Idempotent-Replayed"] = "true"
 		}
@@ -134,9 +138,11 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 }
 
 // checkRoute accepts POST /events. It trusts routeKey when API Gateway
-// matched a route; only for the catch-all $default route does it look at
-// the method and the path (without the stage prefix: rawPath carries it on
-// a named stage, but never an API mapping's base path).
+// matched a route (for an ANY route, with the request's method); only for
+// the catch-all $default route does it look at the path, without a named
+// stage's prefix (rawPath carries it). AWS documents that rawPath does not
+// carry a custom domain's API mapping key; if yours does, the request is
+// refused (404), never served: route POST /events explicitly.
 func checkRoute(req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, idem.Code, bool) {
 	routeKey := req.RouteKey
 	if routeKey == "" {
@@ -158,6 +164,9 @@ func checkRoute(req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResp
 		}
 	default:
 		method, path, _ = strings.Cut(routeKey, " ")
+		if method == "ANY" {
+			method = req.RequestContext.HTTP.Method
+		}
 	}
 	switch {
 	case path == Path && method == Method:
@@ -308,6 +317,29 @@ func status(out idem.Outcome) int {
 		// the same key after Retry-After.
 		return 503
 	}
+}
+
+// detail is what a caller is told. A stored failure is the action's own
+// answer (replayed byte for byte); for everything the caller cannot act on
+// but by retrying, a fixed sentence: the internal message names tables,
+// hosts and addresses that are none of the caller's business (it is logged).
+func detail(out idem.Outcome) string {
+	if out.Stored {
+		return out.Err.Message
+	}
+	switch out.Err.Code {
+	case idem.CodeStoreUnavailable:
+		return "the idempotency store did not answer in time; retry later with the same key"
+	case idem.CodeStoreMisconfigured:
+		return "the idempotency store refused the request; the operator can see why in the function's log"
+	case idem.CodeLeaseLost:
+		return "another worker took this request over; retry later with the same key"
+	case idem.CodeDeadline:
+		return "too little time was left to start; retry later with the same key"
+	case idem.CodeTransientFailure:
+		return "the action failed for now and nothing was kept; retry later with the same key"
+	}
+	return out.Err.Message
 }
 
 func contentType(r action.Result) string {

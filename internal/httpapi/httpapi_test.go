@@ -109,6 +109,8 @@ func TestResponses(t *testing.T) {
 		{"the $default route with the right method and path", request(route("$default", "POST", "/events", "$default")), 201, "", nil, true},
 		{"a named stage's prefix is not part of the path", request(route("$default", "POST", "/prod/events", "prod")), 201, "", nil, true},
 		{"another method on /events", request(route("GET /events", "GET", "/events", "$default")), 405, "METHOD_NOT_ALLOWED", map[string]string{"Allow": "POST"}, false},
+		{"POST through an ANY route", request(route("ANY /events", "POST", "/events", "$default")), 201, "", nil, true},
+		{"GET through an ANY route", request(route("ANY /events", "GET", "/events", "$default")), 405, "METHOD_NOT_ALLOWED", map[string]string{"Allow": "POST"}, false},
 		{"another method through $default", request(route("$default", "GET", "/events", "$default")), 405, "METHOD_NOT_ALLOWED", map[string]string{"Allow": "POST"}, false},
 		{"another route", request(route("POST /other", "POST", "/other", "$default")), 404, "NOT_FOUND", nil, false},
 		{"SAM's sample event path", request(route("$default", "POST", "/path/to/resource", "$default")), 404, "NOT_FOUND", nil, false},

@@ -245,6 +245,13 @@ func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 		out.Err = e.storeError("reserve", err)
 		return out
 	}
+	if now := e.o.Now(); !e.o.Budget.CanStart(now, workEnd) {
+		// The reservation itself took the time (slow store calls, the SDK's
+		// retries): the attempt would start with its context already ended.
+		// Release the key without counting an attempt that never ran.
+		rel := Outcome{Key: rec.Key, Attempts: rec.Attempts - 1}
+		return e.fail(sctx, rel, res, &Error{Code: CodeDeadline, Message: fmt.Sprintf("the reservation left too little time to start: %v until the work deadline", workEnd.Sub(now).Round(time.Millisecond))}, true)
+	}
 	return e.run(ctx, sctx, rec, res, workEnd, fn)
 }
 

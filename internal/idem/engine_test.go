@@ -757,3 +757,35 @@ func dead(t *testing.T) <-chan struct{} {
 	t.Cleanup(func() { close(ch) })
 	return ch
 }
+
+// slowStore's Reserve takes the clock forward, as a slow store call (or the
+// SDK's retries) would.
+type slowStore struct {
+	idem.Store
+	clock *fakeClock
+	took  time.Duration
+}
+
+func (s slowStore) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	s.clock.Advance(s.took)
+	return s.Store.Reserve(ctx, r)
+}
+
+// A reservation that used up the time the attempt needed does not run the
+// action (its context would already have ended) and counts no attempt.
+func TestReservationThatTookTheTimeReleasesWithoutCounting(t *testing.T) {
+	f := newFixture(t, func(o *idem.Options) { o.Lease = 0 })
+	f.engine, _ = idem.New(idem.Options{Store: slowStore{Store: f.store, clock: f.clock, took: 1500 * time.Millisecond},
+		Now: f.clock.Now, Sleep: f.clock.Sleep, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithDeadline(context.Background(), f.clock.Now().Add(2*time.Second))
+	defer cancel()
+	act := &counter{}
+	out, err := f.engine.Do(ctx, req(t, "evt:slow-1:notify", `{}`), act.run)
+	if errCode(err) != idem.CodeDeadline || out.Stored || act.calls.Load() != 0 {
+		t.Fatalf("got %+v %v, %d calls; want DEADLINE, nothing run", out, err, act.calls.Load())
+	}
+	rec := get(t, f, "evt:slow-1:notify")
+	if rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != 0 {
+		t.Errorf("record %s retryable %v attempts %d; want released with no attempt counted", rec.Status, rec.Retryable, rec.Attempts)
+	}
+}

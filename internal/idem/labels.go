@@ -62,7 +62,9 @@ func (o Outcome) Label() Label {
 		return LabelReplayed
 	case o.Err == nil:
 		return LabelExecuted
-	case o.Stored && o.Err.Code == CodeRetryExhausted:
+	case o.Stored && o.Err.Code == CodeRetryExhausted && !o.Replayed:
+		// Counted when it happens, not again on every replay: the alarm
+		// watches new exhaustions.
 		return LabelRetryExhausted
 	case o.Stored:
 		return LabelPermanent

@@ -16,6 +16,7 @@ func TestOutcomeLabels(t *testing.T) {
 		{idem.Outcome{Stored: true, Replayed: true}, idem.LabelReplayed, true},
 		{idem.Outcome{Stored: true, Err: &idem.Error{Code: "HTTP_404"}}, idem.LabelPermanent, true},
 		{idem.Outcome{Stored: true, Err: &idem.Error{Code: idem.CodeRetryExhausted}}, idem.LabelRetryExhausted, true},
+		{idem.Outcome{Stored: true, Replayed: true, Err: &idem.Error{Code: idem.CodeRetryExhausted}}, idem.LabelPermanent, true},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeInProgress}}, idem.LabelInProgress, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeLeaseLost}}, idem.LabelLeaseLost, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeStoreUnavailable}}, idem.LabelStoreError, false},

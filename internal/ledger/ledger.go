@@ -56,7 +56,7 @@ type entry struct {
 // Do implements action.Func: it returns the entry's put as an effect.
 func (l *Ledger) Do(_ context.Context, ev action.Event) (action.Result, error) {
 	if len(ev.Body) > maxEventBytes {
-		return action.Result{}, idem.PermanentCode("EVENT_TOO_LARGE",
+		return action.Result{}, idem.PermanentCode(idem.CodeTooLarge,
 			fmt.Errorf("ledger: the event is %d bytes; an entry holds at most %d", len(ev.Body), maxEventBytes))
 	}
 	now := time.Now

@@ -176,7 +176,9 @@ func TestSQSDownstreamRetryAfter120SetsTheVisibility(t *testing.T) {
 
 func TestSQSInProgressDuplicateComesBackWhenTheLeaseEnds(t *testing.T) {
 	q := newQueueHarness(t)
-	q.down.Script(keyA, fakewebhook.Reply{Delay: 3 * time.Second})
+	// The first delivery's webhook call is held until the duplicate is done.
+	hold := make(chan struct{})
+	q.down.Script(keyA, fakewebhook.Reply{Hold: hold})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	done := make(chan struct{})
@@ -191,6 +193,7 @@ func TestSQSInProgressDuplicateComesBackWhenTheLeaseEnds(t *testing.T) {
 	before := time.Now()
 	m, resp := q.deliver(t, bodyA, "")
 	after := time.Now()
+	close(hold)
 	<-done
 	if f := failed(resp); len(f) != 1 {
 		t.Fatalf("failures %v; want the duplicate back", f)

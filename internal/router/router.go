@@ -27,6 +27,13 @@ import (
 // MetricsNamespace is the CloudWatch namespace of the EMF metrics.
 const MetricsNamespace = "oncely"
 
+// The Source dimension's values: the template's alarms name them, so they
+// are the one list (a test checks the alarms against it).
+const (
+	SourceSQS  = "sqs"
+	SourceHTTP = "http"
+)
+
 // MetricVisibilityFailed counts SQS visibility changes that failed (the
 // message then returns at the queue's own visibility timeout).
 const MetricVisibilityFailed = "visibility_change_failed"
@@ -101,7 +108,7 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	source := ""
 	switch {
 	case len(s.Records) > 0 && s.Records[0].EventSource == "aws:sqs":
-		source = "sqs"
+		source = SourceSQS
 		var ev events.SQSEvent
 		if err := json.Unmarshal(payload, &ev); err != nil {
 			return nil, fmt.Errorf("SQS event: %w", err)
@@ -118,7 +125,7 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 		}
 		result = resp
 	case s.RequestContext.HTTP.Method != "":
-		source = "http"
+		source = SourceHTTP
 		var req events.APIGatewayV2HTTPRequest
 		if err := json.Unmarshal(payload, &req); err != nil {
 			return nil, fmt.Errorf("API Gateway v2 event: %w", err)
