@@ -16,6 +16,21 @@ import (
 	"github.com/oncely/oncely/internal/testing/sqslocal"
 )
 
+// waitLines waits until the function has logged n record lines for
+// messageID (the emulator passes its output through a pipe, so a line may
+// arrive after the invocation's response) and returns them.
+func (f *fn) waitLines(messageID string, n int) []map[string]any {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lines := f.recordLines(messageID)
+		if len(lines) >= n || time.Now().After(deadline) {
+			return lines
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // recordLines returns the function's per-record log lines for messageID.
 func (f *fn) recordLines(messageID string) []map[string]any {
 	var out []map[string]any
@@ -55,7 +70,7 @@ func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 		}
 		payload, _ := json.Marshal(events.SQSEvent{Records: recs})
 		failedIDs := f.sqs(payload)
-		lines := f.recordLines(id)
+		lines := f.waitLines(id, delivery)
 		if len(lines) != delivery {
 			t.Fatalf("delivery %d: %d record lines for %s; want one per delivery", delivery, len(lines), id)
 		}
@@ -126,7 +141,10 @@ func TestE2ENotifyTimeoutLongerThanTheFunctionsIsWarnedOnce(t *testing.T) {
 	if !strings.Contains(f.emu.Log(), `"function_timeout":"3s"`) {
 		t.Errorf("the warning does not name the function's timeout:\n%s", f.emu.Log())
 	}
-	lines := f.recordLines("m1")
+	lines := f.waitLines("m1", 1)
+	if len(lines) == 0 {
+		t.Fatalf("no record line for m1:\n%s", f.emu.Log())
+	}
 	if last := lines[len(lines)-1]; last["outcome"] != "transient" {
 		t.Fatalf("record lines %v; want the request cut to the time left, a transient outcome", lines)
 	}
