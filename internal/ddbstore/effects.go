@@ -314,23 +314,19 @@ func valueSize(v types.AttributeValue) int {
 		}
 		return n
 	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
+		return sumLen(v.Value)
 	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
+		return sumLen(v.Value)
 	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
+		return sumLen(v.Value)
 	}
 	return 1
+}
+
+func sumLen[T ~string | ~[]byte](xs []T) int {
+	n := 0
+	for _, x := range xs {
+		n += len(x)
+	}
+	return n
 }
