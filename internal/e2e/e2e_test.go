@@ -23,6 +23,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/rie"
+	"github.com/oncely/oncely/internal/testing/sqslocal"
 )
 
 // Environment the tests read.
@@ -82,7 +83,7 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	t.Cleanup(func() { f.down.Close(); hs.Close() })
 	var err error
 	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
-		DynamoDB: moto, Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds,
+		DynamoDB: moto, SQS: sqslocal.EndpointFromEnv(), Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds,
 		Extra: append([]string{"NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
 	}.Env()})
 	if err != nil {

@@ -266,7 +266,12 @@ func PeakRSS(pid int) (int64, error) {
 // Local describes the function run locally: the environment a bootstrap
 // gets under the emulator, against a local DynamoDB and a local downstream.
 type Local struct {
-	DynamoDB       string // endpoint of the local DynamoDB (moto)
+	DynamoDB string // endpoint of the local DynamoDB (moto)
+	// SQS is the endpoint of the local SQS (moto), where the function
+	// changes visibility. Empty leaves AWS_ENDPOINT_URL_SQS unset: the SDK
+	// would then call AWS itself, so tests that report batch item failures
+	// set it.
+	SQS            string
 	Table          string
 	DownstreamURL  string
 	Name           string // AWS_LAMBDA_FUNCTION_NAME, the default namespace
@@ -286,6 +291,9 @@ func (l Local) Env() []string {
 		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(l.TimeoutSeconds),
 		"IDEMPOTENCY_TABLE=" + l.Table,
 		"DOWNSTREAM_URL=" + l.DownstreamURL,
+	}
+	if l.SQS != "" {
+		env = append(env, "AWS_ENDPOINT_URL_SQS="+l.SQS)
 	}
 	return append(env, l.Extra...)
 }
