@@ -258,6 +258,10 @@ type Invocation struct {
 type Stats struct {
 	Polls, EmptyPolls, Invocations, FailedInvocations int
 	Received, Deleted, Returned, DeleteFailed         int
+	// SQSCalls are the runner's ReceiveMessage and DeleteMessageBatch
+	// calls; SQSTime their total time, SQSMax the longest.
+	SQSCalls        int
+	SQSTime, SQSMax time.Duration
 }
 
 // Log returns a copy of the log so far.
@@ -365,7 +369,18 @@ func (r *Runner) gather(ctx context.Context) []types.Message {
 	return batch
 }
 
+// timed counts one SQS call that started at start.
+func (r *Runner) timed(start time.Time) {
+	d := time.Since(start)
+	r.mu.Lock()
+	r.stats.SQSCalls++
+	r.stats.SQSTime += d
+	r.stats.SQSMax = max(r.stats.SQSMax, d)
+	r.mu.Unlock()
+}
+
 func (r *Runner) receive(ctx context.Context, n int) ([]types.Message, error) {
+	defer r.timed(time.Now())
 	out, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(r.cfg.QueueURL),
 		MaxNumberOfMessages:         int32(n),
@@ -512,7 +527,9 @@ func (r *Runner) delete(ctx context.Context, slot int, id int64, msgs []types.Me
 			in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 		}
 		failed := map[int]string{}
+		start := time.Now()
 		out, err := r.client.DeleteMessageBatch(ctx, in)
+		r.timed(start)
 		if err != nil {
 			for i := range chunk {
 				failed[i] = err.Error()

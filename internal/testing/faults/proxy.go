@@ -52,10 +52,11 @@ type Proxy struct {
 	transport *http.Transport
 	url       string
 
-	mu     sync.Mutex
-	events []Event
-	counts map[Kind]int
-	total  int
+	mu       sync.Mutex
+	events   []Event
+	counts   map[Kind]int
+	total    int
+	forwards []time.Duration
 }
 
 // Event is one request the proxy did something to (a fault or a delay).
@@ -125,6 +126,14 @@ func (p *Proxy) Events() []Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.events)
+}
+
+// ForwardTimes returns how long the server took to answer each forwarded
+// request (until its reply's headers), in the order they were sent.
+func (p *Proxy) ForwardTimes() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.forwards)
 }
 
 // Counts returns how many requests got each kind (None: passed untouched
@@ -244,7 +253,14 @@ func (p *Proxy) forward(r *http.Request, body []byte) (*http.Response, error) {
 		out.Header[k] = vs
 	}
 	out.Host = r.Host
-	return p.transport.RoundTrip(out)
+	start := time.Now()
+	resp, err := p.transport.RoundTrip(out)
+	if err == nil {
+		p.mu.Lock()
+		p.forwards = append(p.forwards, time.Since(start))
+		p.mu.Unlock()
+	}
+	return resp, err
 }
 
 // reset closes the client's connection with a TCP reset.

@@ -272,15 +272,21 @@ func (r *run) attribute(e *evidence, ev *event, prev, next fakewebhook.Delivery)
 	if prev.ReplyLost {
 		return WindowReplyLost, fmt.Sprintf("delivery #%d at %s was accepted (%s) and its reply lost", prev.Seq, prev.At.Format("15:04:05.000"), prev.Mode)
 	}
-	pk := Function + "#" + ev.key
-	for _, pe := range e.proxy[pk] {
-		if pe.Op == "UpdateItem" && !pe.At.Before(prev.At) && !pe.At.After(next.At) {
-			return WindowCompletion, "the store call after it was hit: " + pe.String()
-		}
-	}
+	// Window 1 needs the function's own word that the completion did not
+	// land (its write failed for good, or it was fenced off after a
+	// take-over); a fault the proxy injected into a completion that was
+	// then retried successfully explains nothing.
 	for _, l := range e.fnByKey[ev.key] {
 		if (l.Message == "completion write failed" || strings.HasPrefix(l.Message, "lease lost")) && !l.At.Before(prev.At) && !l.At.After(next.At) {
-			return WindowCompletion, "the function logged: " + trim(l.Raw, 300)
+			why := "the function logged: " + trim(l.Raw, 300)
+			pk := Function + "#" + ev.key
+			for _, pe := range e.proxy[pk] {
+				if pe.Op == "UpdateItem" && !pe.At.Before(prev.At) && !pe.At.After(l.At) {
+					why += "; the proxy: " + pe.String()
+					break
+				}
+			}
+			return WindowCompletion, why
 		}
 	}
 	return "", ""

@@ -64,11 +64,14 @@ type Report struct {
 	RedriveWhy                                             map[string]int
 
 	Kills, MidActionKills, RuntimeDeaths, Timeouts int
-	StoreRequests                                  int
-	StoreFaults                                    map[faults.Kind]int
-	StoreDelays                                    int
-	WebhookModes                                   map[fakewebhook.Mode]int
-	WebhookDeliveries                              int
+	// StoreP50 and StoreP99 are how long moto's DynamoDB took to answer
+	// the requests the proxy forwarded (faults and added latency aside).
+	StoreP50, StoreP99 time.Duration
+	StoreRequests      int
+	StoreFaults        map[faults.Kind]int
+	StoreDelays        int
+	WebhookModes       map[fakewebhook.Mode]int
+	WebhookDeliveries  int
 
 	// ChaosEnded, Settled and Finished are offsets from Started.
 	ChaosEnded, Settled, Finished time.Duration
@@ -156,6 +159,10 @@ func (r *run) newReport(e *evidence) *Report {
 			rep.StoreDelays++
 		}
 	}
+	if ft := r.proxy.ForwardTimes(); len(ft) > 0 {
+		slices.Sort(ft)
+		rep.StoreP50, rep.StoreP99 = ft[len(ft)/2], ft[len(ft)*99/100]
+	}
 	for _, d := range r.hook.Audit() {
 		rep.WebhookDeliveries++
 		rep.WebhookModes[d.Mode]++
@@ -172,6 +179,7 @@ func (rep *Report) Summary() string {
 	fmt.Fprintf(&b, "reached the DLQ %d events, redriven %d messages in %d rounds, %d of those events delivered\n", rep.ReachedDLQ, rep.Redriven, rep.RedriveRounds, rep.RedrivenDelivered)
 	fmt.Fprintf(&b, "kills %d (%d mid-action), runtime deaths %d (timeouts %d); store faults %v of %d requests (+%d delayed); webhook %v\n",
 		rep.Kills, rep.MidActionKills, rep.RuntimeDeaths, rep.Timeouts, rep.StoreFaults, rep.StoreRequests, rep.StoreDelays, rep.WebhookModes)
+	fmt.Fprintf(&b, "moto DynamoDB answered in %v (p50), %v (p99); %s\n", rep.StoreP50.Round(100*time.Microsecond), rep.StoreP99.Round(100*time.Microsecond), rep.sqsLine())
 	fmt.Fprintf(&b, "chaos ended at %.1f s, settled at %.1f s, finished at %.1f s; %d violations\n", rep.ChaosEnded.Seconds(), rep.Settled.Seconds(), rep.Finished.Seconds(), len(rep.Violations))
 	return b.String()
 }
@@ -191,6 +199,18 @@ func (rep *Report) Failures() string {
 		b.WriteString("\n" + d)
 	}
 	return b.String()
+}
+
+func (rep *Report) sqsLine() string {
+	var parts []string
+	for _, l := range rep.Lanes {
+		mean := time.Duration(0)
+		if l.Stats.SQSCalls > 0 {
+			mean = l.Stats.SQSTime / time.Duration(l.Stats.SQSCalls)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d SQS calls by the runner, %v mean, %v longest", l.Name, l.Stats.SQSCalls, mean.Round(100*time.Microsecond), l.Stats.SQSMax.Round(time.Millisecond)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (rep *Report) duplicateLine() string {
@@ -242,7 +262,7 @@ func (rep *Report) Markdown(machine string) string {
 	w("- Events with a message moved to a DLQ: %d (the webhook's full outage of %v outlasted the queue's retry window of at most %v).\n", rep.ReachedDLQ, c.Outage.Round(time.Second), rep.RetryWindow)
 	w("- Redrive (receive from the DLQ, send to the source: moto has no `StartMessageMoveTask`): %d messages in %d rounds; %d of those events delivered afterwards; %d events still in a DLQ at the end.\n", rep.Redriven, rep.RedriveRounds, rep.RedrivenDelivered, rep.InDLQ)
 	if len(rep.RedriveWhy) > 0 {
-		w("- What the record said when each message was redriven:\n")
+		w("- What the record of each redriven message's key said at the redrive (`SUCCEEDED`: the event's other copy was delivered, and the redriven copy is replayed; `no record`: a FIFO message never started, held behind its group's failing head):\n")
 		for _, k := range sortedKeys(rep.RedriveWhy) {
 			w("  - `%s`: %d\n", k, rep.RedriveWhy[k])
 		}
@@ -270,7 +290,8 @@ func (rep *Report) Markdown(machine string) string {
 
 	w("## Time\n\n")
 	w("- Chaos phase (sending, the outage, the kills) ended at %.1f s; the queues were empty at %.1f s (after the last redrive); the run, analysis included, took %.1f s.\n", rep.ChaosEnded.Seconds(), rep.Settled.Seconds(), rep.Finished.Seconds())
-	w("- Time to settle after the chaos: %.1f s.\n\n", (rep.Settled - rep.ChaosEnded).Seconds())
+	w("- Time to settle after the chaos: %.1f s.\n", (rep.Settled - rep.ChaosEnded).Seconds())
+	w("- moto's DynamoDB answered the forwarded requests in %v (p50) and %v (p99); %s.\n\n", rep.StoreP50.Round(100*time.Microsecond), rep.StoreP99.Round(100*time.Microsecond), rep.sqsLine())
 	w("```\n%s\n```\n\n", strings.Join(rep.Phases, "\n"))
 
 	w("## Configuration\n\n")
@@ -287,13 +308,13 @@ func (rep *Report) Markdown(machine string) string {
 		s.Throttle*100, s.ServerError*100, s.Unavailable*100, s.Reset*100, s.DropReply*100, s.LatencyMax, s.Latency*100)
 	h := c.Webhook
 	w("- Webhook, per delivery: 503 %.1f%%, 429 with Retry-After %s s %.1f%%, hang after accepting %.1f%%, reset before accepting %.1f%%, reset after accepting %.1f%%; one full outage (503) from %v for %v.\n",
-		h.Unavailable*100, h.RetryAfter, h.Throttled*100, h.Hang*100, h.ResetBefore*100, h.ResetAfter*100, c.OutageAfter, c.Outage.Round(time.Second))
+		h.Unavailable*100, h.RetryAfter, h.Throttled*100, h.Hang*100, h.ResetBefore*100, h.ResetAfter*100, c.OutageAfter.Round(100*time.Millisecond), c.Outage.Round(time.Second))
 	w("- Kills: a busy runtime every %v to %v while the chaos lasts, and %.1f%% of accepted deliveries have their sender killed before the reply.\n\n", c.KillEvery[0], c.KillEvery[1], c.MidActionKill*100)
 
 	w("## What is checked\n\n")
 	w("- Every event is delivered to the webhook, or sits in a DLQ with a record saying why; otherwise it is **lost**.\n")
 	w("- Every message the runner deleted had, before the delete, a final record for its key (`SUCCEEDED`, or `FAILED` not retryable) or a poison note for it (`updated_at` ≤ the delete).\n")
-	w("- Every extra delivery of an event is explained by one documented window, from the evidence: (2) an invocation carrying the event was in flight at the earlier delivery and its runtime died; (3) the webhook's audit log says it accepted the earlier delivery and the reply was lost; (1) the fault proxy hit the completion write (`UpdateItem`) for the key, or the function logged a failed completion or a lost lease, between the two deliveries. Anything else fails the soak. The webhook does not de-duplicate.\n")
+	w("- Every extra delivery of an event is explained by one documented window, from the evidence: (2) an invocation carrying the event was in flight at the earlier delivery and its runtime died; (3) the webhook's audit log says it accepted the earlier delivery and the reply was lost; (1) the function logged, between the two deliveries, that the completion write for the key failed for good or was fenced off after a take-over (`lease lost`). Anything else fails the soak. The webhook does not de-duplicate.\n")
 	w("- The events of a FIFO group are first delivered in the order they were sent (events that went through a DLQ are left out: the group went on without them).\n")
 	if !rep.OK() {
 		w("\n## Violations\n\n```\n%s```\n", rep.Failures())

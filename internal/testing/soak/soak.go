@@ -766,7 +766,7 @@ func (r *run) recordSummary(ctx context.Context, ev *event) string {
 	if rec.status == "FAILED" {
 		s += " retryable=" + strconv.FormatBool(rec.retryable)
 	}
-	return s + fmt.Sprintf(" after %d attempts", rec.attempts)
+	return s
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
