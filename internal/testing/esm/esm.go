@@ -210,6 +210,7 @@ type Entry struct {
 	Detail       string
 }
 
+// String formats the entry as one log line.
 func (e Entry) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s esm[%s] slot=%d inv=%d %s", e.At.Format("15:04:05.000"), e.Queue, e.Slot, e.Invocation, e.Op)

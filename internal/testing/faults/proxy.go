@@ -74,6 +74,7 @@ type Event struct {
 	Err    string
 }
 
+// String formats the event as one log line.
 func (e Event) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s proxy %s %s", e.At.Format("15:04:05.000"), e.Op, e.Subject)

@@ -108,9 +108,9 @@ func (r *run) scan(ctx context.Context) (map[string]record, error) {
 
 // fnLine is one JSON log line of the function.
 type fnLine struct {
-	At                           time.Time
-	Lane                         string
-	Message, Key, MessageID, Raw string
+	At                                  time.Time
+	Lane                                string
+	Level, Message, Key, MessageID, Raw string
 }
 
 func (r *run) functionLines() []fnLine {
@@ -127,6 +127,7 @@ func (r *run) functionLines() []fnLine {
 				}
 				var v struct {
 					Timestamp string `json:"timestamp"`
+					Level     string `json:"level"`
 					Message   string `json:"message"`
 					Key       string `json:"key"`
 					MessageID string `json:"messageId"`
@@ -135,7 +136,7 @@ func (r *run) functionLines() []fnLine {
 					continue
 				}
 				at, _ := time.Parse(time.RFC3339Nano, v.Timestamp)
-				out = append(out, fnLine{At: at, Lane: ln.name, Message: v.Message, Key: v.Key, MessageID: v.MessageID, Raw: line[i:]})
+				out = append(out, fnLine{At: at, Lane: ln.name, Level: v.Level, Message: v.Message, Key: v.Key, MessageID: v.MessageID, Raw: line[i:]})
 			}
 		}
 	}

@@ -72,6 +72,9 @@ type Report struct {
 	StoreDelays        int
 	WebhookModes       map[fakewebhook.Mode]int
 	WebhookDeliveries  int
+	// FunctionWarnings counts the function's WARN and ERROR log lines by
+	// level and message.
+	FunctionWarnings map[string]int
 
 	// ChaosEnded, Settled and Finished are offsets from Started.
 	ChaosEnded, Settled, Finished time.Duration
@@ -91,7 +94,7 @@ func (rep *Report) violate(ev *event, rule, detail string) {
 func (r *run) newReport(e *evidence) *Report {
 	rep := &Report{Config: r.cfg, Started: r.start, Duration: time.Since(r.start),
 		Duplicates: map[Window]int{}, Examples: map[Window][]string{}, InDLQWhy: map[string]int{}, RedriveWhy: map[string]int{},
-		WebhookModes: map[fakewebhook.Mode]int{}, StoreFaults: map[faults.Kind]int{},
+		WebhookModes: map[fakewebhook.Mode]int{}, StoreFaults: map[faults.Kind]int{}, FunctionWarnings: map[string]int{},
 		FunctionTimeout: r.cfg.Scale.Duration(r.fn.Timeout), FunctionEnv: r.functionEnv(), RetryWindow: r.retryWindow()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -159,6 +162,11 @@ func (r *run) newReport(e *evidence) *Report {
 			rep.StoreDelays++
 		}
 	}
+	for _, l := range e.fnLines {
+		if l.Level == "WARN" || l.Level == "ERROR" {
+			rep.FunctionWarnings[l.Level+" "+l.Message]++
+		}
+	}
 	if ft := r.proxy.ForwardTimes(); len(ft) > 0 {
 		slices.Sort(ft)
 		rep.StoreP50, rep.StoreP99 = ft[len(ft)/2], ft[len(ft)*99/100]
@@ -179,6 +187,9 @@ func (rep *Report) Summary() string {
 	fmt.Fprintf(&b, "reached the DLQ %d events, redriven %d messages in %d rounds, %d of those events delivered\n", rep.ReachedDLQ, rep.Redriven, rep.RedriveRounds, rep.RedrivenDelivered)
 	fmt.Fprintf(&b, "kills %d (%d mid-action), runtime deaths %d (timeouts %d); store faults %v of %d requests (+%d delayed); webhook %v\n",
 		rep.Kills, rep.MidActionKills, rep.RuntimeDeaths, rep.Timeouts, rep.StoreFaults, rep.StoreRequests, rep.StoreDelays, rep.WebhookModes)
+	if len(rep.FunctionWarnings) > 0 {
+		fmt.Fprintf(&b, "function warnings and errors: %v\n", rep.FunctionWarnings)
+	}
 	fmt.Fprintf(&b, "moto DynamoDB answered in %v (p50), %v (p99); %s\n", rep.StoreP50.Round(100*time.Microsecond), rep.StoreP99.Round(100*time.Microsecond), rep.sqsLine())
 	fmt.Fprintf(&b, "chaos ended at %.1f s, settled at %.1f s, finished at %.1f s; %d violations\n", rep.ChaosEnded.Seconds(), rep.Settled.Seconds(), rep.Finished.Seconds(), len(rep.Violations))
 	return b.String()
@@ -288,6 +299,13 @@ func (rep *Report) Markdown(machine string) string {
 	w("| invocations whose runtime died (crashes survived) | %d |\n", rep.RuntimeDeaths)
 	w("| of those, the function's own timeout | %d |\n\n", rep.Timeouts)
 
+	if len(rep.FunctionWarnings) > 0 {
+		w("The function's own warnings and errors (its JSON log), by message:\n\n| level and message | lines |\n|---|---|\n")
+		for _, k := range sortedKeys(rep.FunctionWarnings) {
+			w("| %s | %d |\n", strings.ReplaceAll(k, "|", "\\|"), rep.FunctionWarnings[k])
+		}
+		w("\n")
+	}
 	w("## Time\n\n")
 	w("- Chaos phase (sending, the outage, the kills) ended at %.1f s; the queues were empty at %.1f s (after the last redrive); the run, analysis included, took %.1f s.\n", rep.ChaosEnded.Seconds(), rep.Settled.Seconds(), rep.Finished.Seconds())
 	w("- Time to settle after the chaos: %.1f s.\n", (rep.Settled - rep.ChaosEnded).Seconds())
