@@ -218,7 +218,7 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 	// 3. The outage ends; the operator redrives the DLQ.
 	d.hook.SetOutage(false)
 	d.note("the webhook is back; redrive the DLQ (moto has no StartMessageMoveTask: receive and re-send)")
-	moved, err := sqslocal.Redrive(ctx, d.sqs, std.pair)
+	moved, err := sqslocal.Redrive(ctx, d.sqs, std.pair, nil)
 	if err != nil {
 		return err
 	}

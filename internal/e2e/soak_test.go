@@ -20,7 +20,7 @@ import (
 // delivered out of order, printing the evidence for each.
 func TestSoak(t *testing.T) {
 	start(t, 1) // skips (or fails under IDEM_REQUIRE_E2E) without the emulator and moto
-	n := 300
+	n := 300    // about 60 s under -race; IDEM_SOAK_EVENTS runs another size
 	if v := os.Getenv("IDEM_SOAK_EVENTS"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}

@@ -723,16 +723,22 @@ func (r *run) settle(ctx context.Context, name string) error {
 func (r *run) redrive(ctx context.Context, round int) (int, error) {
 	n := 0
 	for _, ln := range r.lanes {
-		moved, err := sqslocal.Redrive(ctx, r.sqs, ln.pair)
+		// What the record says while the message is still in the DLQ (the
+		// runner delivers redriven messages at once).
+		why := map[string]string{}
+		moved, err := sqslocal.Redrive(ctx, r.sqs, ln.pair, func(m sqslocal.Moved) {
+			if ev := r.eventOf(m.OldID); ev != nil {
+				why[m.OldID] = r.recordSummary(ctx, ev)
+			}
+		})
 		for _, m := range moved {
-			mm := movedMessage{Moved: m, lane: ln.name, round: round}
+			mm := movedMessage{Moved: m, lane: ln.name, round: round, why: why[m.OldID]}
 			if v, ok := r.byMessage.Load(m.OldID); ok {
 				ev := v.(*event)
 				r.byMessage.Store(m.NewID, ev)
 				r.mu.Lock()
 				ev.copies = append(ev.copies, m.NewID)
 				r.mu.Unlock()
-				mm.why = r.recordSummary(ctx, ev)
 			}
 			r.mu.Lock()
 			r.moved = append(r.moved, mm)

@@ -216,10 +216,11 @@ type Moved struct {
 // Redrive moves every message of p.DLQ back to p.Source: it receives from
 // the DLQ until it is empty, sends each message (body, message attributes,
 // and on FIFO its group, with the old message id as the new deduplication
-// id) to the source queue, then deletes it from the DLQ. A message whose
-// send fails stays in the DLQ (it reappears after the DLQ's visibility
-// timeout, and the error is returned).
-func Redrive(ctx context.Context, client *sqs.Client, p Pair) ([]Moved, error) {
+// id) to the source queue, then deletes it from the DLQ. before, if not
+// nil, sees each message (NewID empty) just before it is sent, while it is
+// still in the DLQ. A message whose send fails stays in the DLQ (it
+// reappears after the DLQ's visibility timeout, and the error is returned).
+func Redrive(ctx context.Context, client *sqs.Client, p Pair, before func(Moved)) ([]Moved, error) {
 	var moved []Moved
 	for empty := 0; empty < 3; {
 		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
@@ -236,6 +237,10 @@ func Redrive(ctx context.Context, client *sqs.Client, p Pair) ([]Moved, error) {
 		}
 		empty = 0
 		for _, m := range out.Messages {
+			rc, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+			if before != nil {
+				before(Moved{OldID: aws.ToString(m.MessageId), Body: aws.ToString(m.Body), ReceiveCount: rc})
+			}
 			in := &sqs.SendMessageInput{QueueUrl: aws.String(p.Source.URL), MessageBody: m.Body, MessageAttributes: m.MessageAttributes}
 			if p.Source.FIFO {
 				in.MessageGroupId = aws.String(m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)])
@@ -248,7 +253,6 @@ func Redrive(ctx context.Context, client *sqs.Client, p Pair) ([]Moved, error) {
 			if _, err := client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(p.DLQ.URL), ReceiptHandle: m.ReceiptHandle}); err != nil {
 				return moved, fmt.Errorf("sqslocal: redrive: delete %s from %s (it was sent; it will be sent again): %w", aws.ToString(m.MessageId), p.DLQ.Name, err)
 			}
-			rc, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 			moved = append(moved, Moved{OldID: aws.ToString(m.MessageId), NewID: aws.ToString(sent.MessageId), Body: aws.ToString(m.Body), ReceiveCount: rc})
 		}
 	}

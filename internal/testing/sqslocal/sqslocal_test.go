@@ -80,9 +80,19 @@ func TestCreatePairAndRedrive(t *testing.T) {
 	if d, _ := sqslocal.Count(ctx, client, p.DLQ.URL); d.Total() != 1 {
 		t.Fatalf("DLQ holds %+v; want the message", d)
 	}
-	moved, err := sqslocal.Redrive(ctx, client, p)
+	var seen []string
+	moved, err := sqslocal.Redrive(ctx, client, p, func(m sqslocal.Moved) {
+		// Still in the DLQ when before sees it.
+		if d, _ := sqslocal.Count(ctx, client, p.DLQ.URL); d.Total() != 1 {
+			t.Errorf("before saw %s with the DLQ holding %+v; want it still there", m.OldID, d)
+		}
+		seen = append(seen, m.OldID)
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != aws.ToString(sent.MessageId) {
+		t.Errorf("before saw %v; want the message", seen)
 	}
 	if len(moved) != 1 || moved[0].OldID != aws.ToString(sent.MessageId) || moved[0].NewID == moved[0].OldID || moved[0].Body != "b1" {
 		t.Fatalf("moved %+v; want b1 with a new id", moved)
