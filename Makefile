@@ -18,7 +18,7 @@ PIP_FLAGS   := -q --disable-pip-version-check --no-input
 # and the emulator. The REQUIRE variables turn a missing one into a failure.
 TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_TEST_RIE=$(RIE) IDEM_TEST_WEBHOOK_VERIFIER=$(VENV_VERIFY)/bin/python
 
-.PHONY: help test unit demo walkthrough bench vet fmt-check tools clean host-bootstrap
+.PHONY: help test unit demo soak walkthrough bench vet fmt-check tools clean host-bootstrap
 
 ## help: list the targets
 help:
@@ -80,6 +80,14 @@ demo:
 	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
 	$(MAKE) --no-print-directory host-bootstrap
 	tools/with-moto.sh $(GO) run ./cmd/demo -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -events events
+
+SOAK_EVENTS ?= 5000
+
+## soak: the chaos soak, 5,000 events (SOAK_EVENTS) through the queues with faults, an outage and kills; writes RELIABILITY.md (not in CI; make test runs 300)
+soak:
+	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
+	$(MAKE) --no-print-directory host-bootstrap
+	tools/with-moto.sh $(GO) run ./cmd/soak -events $(SOAK_EVENTS) -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -out RELIABILITY.md
 
 BENCH_DIR := $(TOOLS)/bench
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Start/stop a local moto server (DynamoDB etc.) for integration tests.
 #
-#   tools/moto.sh start STATEDIR   -> prints endpoint (http://127.0.0.1:PORT)
-#   tools/moto.sh stop  STATEDIR   -> stops it (idempotent)
+#   tools/moto.sh start STATEDIR [NAME]   -> prints endpoint (http://127.0.0.1:PORT)
+#   tools/moto.sh stop  STATEDIR [NAME]   -> stops it (idempotent)
 #
-# State files: STATEDIR/moto.pid, STATEDIR/moto.endpoint, STATEDIR/moto.log
+# NAME (default "moto") tells several servers in one STATEDIR apart
+# (tools/with-moto.sh runs "moto" for DynamoDB and "moto-sqs" for SQS).
+# State files: STATEDIR/NAME.pid, STATEDIR/NAME.endpoint, STATEDIR/NAME.log
 # Env: MOTO_VENV (default <repo>/.tools/venv-moto), MOTO_START_TIMEOUT (s, default 30)
 set -euo pipefail
 set +m # no job control: the background child is then not a group leader, so setsid execs in place ($! == moto pid == pgid)
@@ -26,7 +28,7 @@ PY
 
 die() { echo "moto.sh: $*" >&2; exit 1; }
 
-usage() { die "usage: $0 {start|stop} STATEDIR"; }
+usage() { die "usage: $0 {start|stop} STATEDIR [NAME]"; }
 
 # True if the pid is alive (and not a zombie).
 alive() {
@@ -44,8 +46,8 @@ group_alive() {
 
 do_stop() {
 	local dir="$1" pid
-	[[ -f "$dir/moto.pid" ]] || return 0
-	pid="$(cat "$dir/moto.pid" 2>/dev/null || true)"
+	[[ -f "$dir/$NAME.pid" ]] || return 0
+	pid="$(cat "$dir/$NAME.pid" 2>/dev/null || true)"
 	if [[ "$pid" =~ ^[0-9]+$ ]] && group_alive "$pid"; then
 		kill -TERM -- "-$pid" 2>/dev/null || true
 		for _ in $(seq 1 50); do
@@ -61,7 +63,7 @@ do_stop() {
 		fi
 		group_alive "$pid" && die "process group $pid did not exit"
 	fi
-	rm -f "$dir/moto.pid" "$dir/moto.endpoint"
+	rm -f "$dir/$NAME.pid" "$dir/$NAME.endpoint"
 }
 
 do_start() {
@@ -72,9 +74,9 @@ do_start() {
 	dir="$(cd "$dir" && pwd)"
 
 	# Already running (from this STATEDIR)? Reuse it.
-	if [[ -f "$dir/moto.pid" && -f "$dir/moto.endpoint" ]]; then
-		pid="$(cat "$dir/moto.pid")"
-		endpoint="$(cat "$dir/moto.endpoint")"
+	if [[ -f "$dir/$NAME.pid" && -f "$dir/$NAME.endpoint" ]]; then
+		pid="$(cat "$dir/$NAME.pid")"
+		endpoint="$(cat "$dir/$NAME.endpoint")"
 		if [[ "$pid" =~ ^[0-9]+$ ]] && alive "$pid" && http_up "$endpoint"; then
 			echo "$endpoint"
 			return 0
@@ -86,16 +88,16 @@ do_start() {
 	endpoint="http://127.0.0.1:$port"
 
 	# setsid: own session + process group (pgid == pid), so stop can kill the whole group.
-	setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$port" </dev/null >"$dir/moto.log" 2>&1 &
+	setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$port" </dev/null >"$dir/$NAME.log" 2>&1 &
 	pid=$!
-	echo "$pid" >"$dir/moto.pid"
-	echo "$endpoint" >"$dir/moto.endpoint"
+	echo "$pid" >"$dir/$NAME.pid"
+	echo "$endpoint" >"$dir/$NAME.endpoint"
 
 	for i in $(seq 1 $((TIMEOUT * 5))); do
 		if ! alive "$pid"; then
 			echo "moto.sh: moto_server exited during startup; last log lines:" >&2
-			tail -n 30 "$dir/moto.log" >&2 || true
-			rm -f "$dir/moto.pid" "$dir/moto.endpoint"
+			tail -n 30 "$dir/$NAME.log" >&2 || true
+			rm -f "$dir/$NAME.pid" "$dir/$NAME.endpoint"
 			exit 1
 		fi
 		# Any HTTP answer means the server is up.
@@ -106,12 +108,14 @@ do_start() {
 		sleep 0.2
 	done
 	echo "moto.sh: moto_server did not answer on $endpoint within ${TIMEOUT}s; last log lines:" >&2
-	tail -n 30 "$dir/moto.log" >&2 || true
+	tail -n 30 "$dir/$NAME.log" >&2 || true
 	do_stop "$dir"
 	exit 1
 }
 
-[[ $# -eq 2 ]] || usage
+[[ $# -eq 2 || $# -eq 3 ]] || usage
+NAME="${3:-moto}"
+[[ "$NAME" =~ ^[A-Za-z0-9_-]+$ ]] || die "NAME must be letters, digits, - or _: got $NAME"
 case "$1" in
 start) do_start "$2" ;;
 stop) do_stop "$2" ;;

@@ -27,6 +27,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/rie"
+	"github.com/oncely/oncely/internal/testing/sqslocal"
 )
 
 // Environment the tests read.
@@ -99,7 +100,8 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 		t.Fatal(err)
 	}
 	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
-		DynamoDB: moto, Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e", TimeoutSeconds: timeoutSeconds, WebhookSecret: *out.ARN,
+		DynamoDB: moto, SQS: sqslocal.EndpointFromEnv(), Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e",
+		TimeoutSeconds: timeoutSeconds, WebhookSecret: *out.ARN,
 		Extra: append([]string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
 	}.Env()})
 	if err != nil {
@@ -353,8 +355,8 @@ func TestE2EBadConfigurationFailsInitWithOneLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(body), "batchItemFailures") {
-		t.Fatalf("a misconfigured function answered %q", body)
+	if strings.Contains(string(body), "batchItemFailures") || !strings.Contains(string(body), "errorType") {
+		t.Fatalf("a misconfigured function answered %q; want a function error, never a batch response", body)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(f.emu.Log(), `config: IDEMPOTENCY_TTL: want a positive Go duration such as 500ms, 3s or 24h, got "forever"`) {

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
 )
@@ -55,7 +54,7 @@ func (f *fn) recordLines(messageID string) []map[string]any {
 // the next delivery runs the action once and is acknowledged.
 func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 	f := start(t, 10, "SQS_BACKOFF_BASE=30s", "SQS_BACKOFF_MAX=4m", "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY=2")
-	q := sqslocal.NewQueue(t, sqslocal.Client(ddblocal.MotoEndpoint(t)), false, nil)
+	q := sqslocal.NewScratch(t, sqslocal.Client(sqslocal.Endpoint(t)), false, nil)
 	outage := make([]fakewebhook.Reply, 8)
 	for i := range outage {
 		outage[i] = fakewebhook.Reply{Status: 503}

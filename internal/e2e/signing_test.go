@@ -70,7 +70,7 @@ func TestE2EDeliveriesVerifyWithStandardWebhooks(t *testing.T) {
 	f.down.Script("evt:signed-2:notify", fakewebhook.Reply{Status: 503, RetryAfter: "60"})
 	f.sqs(sqsBatch(t, [2]string{"m1", `{"id":"signed-1","action":"notify","n":1}`}, [2]string{"m2", `{"id":"signed-2","action":"notify"}`}))
 	f.sqs(sqsBatch(t, [2]string{"m3", `{"id":"signed-2","action":"notify"}`}))
-	deliveries := f.down.Deliveries()
+	deliveries := f.down.Audit()
 	if len(deliveries) != 3 {
 		t.Fatalf("%d deliveries; want 3", len(deliveries))
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/sqsvisibility"
-	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
 )
@@ -27,7 +26,7 @@ import (
 // to moto through the real client, recorded on the way.
 type queueHarness struct {
 	*harness
-	queue *sqslocal.Queue
+	queue *sqslocal.Scratch
 	vis   *recordingChanger
 }
 
@@ -59,10 +58,10 @@ func (r *recordingChanger) get(id string) (time.Duration, error) {
 
 func newQueueHarness(t *testing.T, mods ...func(*harnessOptions)) *queueHarness {
 	t.Helper()
-	client := sqslocal.Client(ddblocal.MotoEndpoint(t))
+	client := sqslocal.Client(sqslocal.Endpoint(t))
 	vis := &recordingChanger{Changer: sqsvisibility.New(client), requested: map[string]time.Duration{}, failed: map[string]error{}}
 	h := newHarness(t, append(mods, func(o *harnessOptions) { o.visibility = vis })...)
-	return &queueHarness{harness: h, queue: sqslocal.NewQueue(t, client, false, nil), vis: vis}
+	return &queueHarness{harness: h, queue: sqslocal.NewScratch(t, client, false, nil), vis: vis}
 }
 
 // deliver sends body to the queue, receives it (as the event source does)

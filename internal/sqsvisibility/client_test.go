@@ -26,11 +26,11 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 func TestClientAgainstMoto(t *testing.T) {
-	ep := ddblocal.MotoEndpoint(t)
+	ep := sqslocal.Endpoint(t)
 	ct := &countingTransport{}
 	cfg := ddblocal.Config(ep, ct)
 	client := sqs.NewFromConfig(cfg)
-	q := sqslocal.NewQueue(t, client, false, nil)
+	q := sqslocal.NewScratch(t, client, false, nil)
 	for i := range 12 {
 		q.Send(t, fmt.Sprintf(`{"n":%d}`, i), "")
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -199,4 +200,26 @@ func ErrorReply(req *http.Request, status int, typ string) *http.Response {
 		Body:    io.NopCloser(strings.NewReader(body)),
 		Request: req,
 	}
+}
+
+// Describe names a DynamoDB request for a fault proxy's log: its operation
+// (from X-Amz-Target) and the key of the item it reads or writes (the
+// request's Key or Item pk, "<namespace>#<key>"), empty if it has none.
+func Describe(req *http.Request, body []byte) (op, key string) {
+	var in struct {
+		Key, Item map[string]struct {
+			S *string `json:"S"`
+		}
+	}
+	op = Operation(req)
+	if json.Unmarshal(body, &in) == nil {
+		for _, m := range []map[string]struct {
+			S *string `json:"S"`
+		}{in.Key, in.Item} {
+			if v, ok := m[ddbstore.AttrPK]; ok && v.S != nil {
+				return op, *v.S
+			}
+		}
+	}
+	return op, ""
 }

@@ -1,71 +1,143 @@
 package fakewebhook_test
 
 import (
-	"encoding/json"
+	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
-func TestRulesAnswerAClassOfEvents(t *testing.T) {
-	s := fakewebhook.New()
+func serve(t *testing.T, s *fakewebhook.Server) string {
+	t.Helper()
 	hs := httptest.NewServer(s)
-	defer hs.Close()
-	do := func(method, path, key, body string) int {
-		t.Helper()
-		req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+	t.Cleanup(func() { s.Close(); hs.Close() })
+	return hs.URL
+}
+
+// post sends one delivery, as notify does, and says what the sender saw.
+func post(t *testing.T, url, key string, timeout time.Duration) (status int, retryAfter string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), nil
+}
+
+func TestEachModeDoesWhatItSaysAndIsAudited(t *testing.T) {
+	for _, c := range []struct {
+		mode                fakewebhook.Mode
+		chaos               fakewebhook.Chaos
+		outage              bool
+		status              int
+		retryAfter          string
+		senderErr           bool
+		accepted, replyLost bool
+	}{
+		{mode: fakewebhook.ModeAccept, status: 202, accepted: true},
+		{mode: fakewebhook.ModeUnavailable, chaos: fakewebhook.Chaos{Unavailable: 1}, status: 503},
+		{mode: fakewebhook.ModeThrottled, chaos: fakewebhook.Chaos{Throttled: 1, RetryAfter: "2"}, status: 429, retryAfter: "2"},
+		{mode: fakewebhook.ModeHang, chaos: fakewebhook.Chaos{Hang: 1}, senderErr: true, accepted: true, replyLost: true},
+		{mode: fakewebhook.ModeResetBefore, chaos: fakewebhook.Chaos{ResetBefore: 1}, senderErr: true},
+		{mode: fakewebhook.ModeResetAfter, chaos: fakewebhook.Chaos{ResetAfter: 1}, senderErr: true, accepted: true, replyLost: true},
+		{mode: fakewebhook.ModeOutage, chaos: fakewebhook.Chaos{ResetAfter: 1}, outage: true, status: 503},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			s := fakewebhook.New()
+			s.SetChaos(&c.chaos)
+			s.SetOutage(c.outage)
+			var hooked atomic.Int32
+			s.OnAccept(func(fakewebhook.Delivery) { hooked.Add(1) })
+			url := serve(t, s)
+			status, ra, err := post(t, url, "k1", 300*time.Millisecond)
+			if (err != nil) != c.senderErr || status != c.status || ra != c.retryAfter {
+				t.Errorf("sender saw %d Retry-After %q error %v; want %d %q error: %t", status, ra, err, c.status, c.retryAfter, c.senderErr)
+			}
+			// The audit entry is final once the handler returns.
+			var audit []fakewebhook.Delivery
+			for range 100 {
+				if audit = s.Audit(); len(audit) == 1 && !audit[0].Done.IsZero() {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if len(audit) != 1 {
+				t.Fatalf("audit %+v; want one delivery", audit)
+			}
+			d := audit[0]
+			if d.Key != "k1" || d.Mode != c.mode || d.Accepted != c.accepted || d.ReplyLost != c.replyLost {
+				t.Errorf("audit %+v; want k1 %s accepted %t reply lost %t", d, c.mode, c.accepted, c.replyLost)
+			}
+			if want := map[bool]int{true: 1}[c.accepted]; int(hooked.Load()) != want || len(s.Accepted()) != want {
+				t.Errorf("OnAccept ran %d times, Accepted has %d; want %d", hooked.Load(), len(s.Accepted()), want)
+			}
+		})
+	}
+}
+
+func TestChaosIsSeeded(t *testing.T) {
+	modes := func(seed uint64) []fakewebhook.Mode {
+		s := fakewebhook.New()
+		s.SetChaos(&fakewebhook.Chaos{Seed: seed, Unavailable: 0.3, Throttled: 0.3})
+		url := serve(t, s)
+		for i := range 40 {
+			if _, _, err := post(t, url, fmt.Sprint("k", i), 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out []fakewebhook.Mode
+		for _, d := range s.Audit() {
+			out = append(out, d.Mode)
+		}
+		return out
+	}
+	a, b, other := modes(7), modes(7), modes(8)
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("the same seed gave other modes (-first +second):\n%s", diff)
+	}
+	if slices.Equal(a, other) {
+		t.Errorf("seeds 7 and 8 gave the same 40 modes %v", a)
+	}
+	for _, m := range []fakewebhook.Mode{fakewebhook.ModeAccept, fakewebhook.ModeUnavailable, fakewebhook.ModeThrottled} {
+		if !slices.Contains(a, m) {
+			t.Errorf("40 deliveries at 30%%/30%%/40%% never gave %s: %v", m, a)
+		}
+	}
+}
+
+func TestScriptedRepliesComeFirst(t *testing.T) {
+	s := fakewebhook.New()
+	s.SetChaos(&fakewebhook.Chaos{Unavailable: 1})
+	s.Script("k", fakewebhook.Reply{Status: 404}, fakewebhook.Reply{Status: 200})
+	url := serve(t, s)
+	var got []int
+	for range 3 {
+		st, _, err := post(t, url, "k", 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		got = append(got, st)
 	}
-	if got := do("PUT", "/rules", "", `[{"match":"evt:*:refund","status":422}]`); got != 204 {
-		t.Fatalf("PUT /rules got %d, want 204", got)
+	if diff := cmp.Diff([]int{404, 200, 503}, got); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
-	if got := do("PUT", "/rules", "", `[{"match":"evt:[:refund","status":422}]`); got != 400 {
-		t.Errorf("PUT /rules with a malformed pattern got %d, want 400", got)
-	}
-	tests := []struct {
-		key, when string
-		want      int
-	}{
-		{"evt:o-1:refund", "rule set", 422},
-		{"evt:o-1:notify", "rule set", 202},
-	}
-	for _, tt := range tests {
-		if got := do("POST", "/webhook", tt.key, "{}"); got != tt.want {
-			t.Errorf("%s with the %s: got %d, want %d", tt.key, tt.when, got, tt.want)
-		}
-	}
-	s.Script("evt:o-1:refund", fakewebhook.Reply{Status: 503})
-	if got := do("POST", "/webhook", "evt:o-1:refund", "{}"); got != 503 {
-		t.Errorf("a scripted reply under a rule got %d, want the script's 503", got)
-	}
-	if got := do("DELETE", "/rules", "", ""); got != 204 {
-		t.Fatalf("DELETE /rules got %d, want 204", got)
-	}
-	if got := do("POST", "/webhook", "evt:o-1:refund", "{}"); got != 202 {
-		t.Errorf("after DELETE /rules got %d, want 202", got)
-	}
-	resp, err := http.Get(hs.URL + "/deliveries")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var got map[string][]int
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string][]int{"evt:o-1:refund": {422, 503, 202}, "evt:o-1:notify": {202}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("GET /deliveries (-want +got):\n%s", diff)
+	if n := len(s.Accepted()); n != 1 || s.Count("k") != 3 {
+		t.Errorf("accepted %d of %d; want 1 of 3", n, s.Count("k"))
 	}
 }

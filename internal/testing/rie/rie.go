@@ -156,7 +156,16 @@ func (e *Emulator) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("rie: invoke: %w", err)
 	}
 	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode >= 300 && len(bytes.TrimSpace(body)) == 0 {
+		// The emulator answers a runtime that failed to start (or died
+		// without a word) with a bare 502. Lambda reports that as a
+		// function error, never as an empty, successful response (which an
+		// event source mapping reads as "every record succeeded"): say so
+		// in Lambda's own error shape.
+		body = []byte(fmt.Sprintf(`{"errorType":"Runtime.Unavailable","errorMessage":"the emulator answered %d with no body: the runtime failed to start or died"}`, resp.StatusCode))
+	}
+	return body, err
 }
 
 // RuntimePID returns the pid of the running bootstrap, or 0 if none runs
@@ -243,9 +252,12 @@ func procState(pid int) (state string, session int, err error) {
 // gets under the emulator, against a local DynamoDB and a local downstream.
 type Local struct {
 	DynamoDB string // endpoint of the local DynamoDB (moto)
-	SQS      string // endpoint of the local SQS; empty means DynamoDB's (moto serves both)
-	// WebhookSecret is the Secrets Manager secret (on the same moto) that
-	// signs deliveries; empty turns signing off (WEBHOOK_SIGNING=off).
+	// SQS is the endpoint of the local SQS (moto), where the function
+	// changes visibility. Empty means DynamoDB's (moto serves both): the
+	// function's SQS calls never go to AWS.
+	SQS string
+	// WebhookSecret is the Secrets Manager secret (on the DynamoDB moto)
+	// that signs deliveries; empty turns signing off (WEBHOOK_SIGNING=off).
 	WebhookSecret  string
 	Table          string
 	DownstreamURL  string
