@@ -16,7 +16,6 @@ require (
 	github.com/jmespath-community/go-jmespath v1.1.1
 	github.com/truora/minidyn v0.8.2
 	go.yaml.in/yaml/v3 v3.0.6
-	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

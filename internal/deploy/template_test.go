@@ -24,6 +24,7 @@ import (
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/internal/testing/samtemplate"
 )
 
 const (
@@ -652,50 +653,13 @@ func (tpl template) sqsEvents(t *testing.T) []sqsEvent {
 	return out
 }
 
-// get walks mapping keys from n; it returns nil if any is missing.
-func get(n *yaml.Node, path ...string) *yaml.Node {
-	for _, key := range path {
-		if n == nil || n.Kind != yaml.MappingNode {
-			return nil
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == key {
-				next = n.Content[i+1]
-				break
-			}
-		}
-		n = next
-	}
-	return n
-}
-
-// pairs yields a mapping's keys and values (nothing for nil or a non-mapping).
-func pairs(n *yaml.Node) func(yield func(string, *yaml.Node) bool) {
-	return func(yield func(string, *yaml.Node) bool) {
-		if n == nil || n.Kind != yaml.MappingNode {
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if !yield(n.Content[i].Value, n.Content[i+1]) {
-				return
-			}
-		}
-	}
-}
-
-// items returns a sequence's elements, or a lone value as a one-element list
-// (CloudFormation accepts both for Action, Resource, Statement, Policies).
-func items(n *yaml.Node) []*yaml.Node {
-	switch {
-	case n == nil:
-		return nil
-	case n.Kind == yaml.SequenceNode && !isIntrinsic(n):
-		return n.Content
-	default:
-		return []*yaml.Node{n}
-	}
-}
+// The template walkers are samtemplate's.
+var (
+	get         = samtemplate.Get
+	pairs       = samtemplate.Pairs
+	items       = samtemplate.Items
+	isIntrinsic = samtemplate.IsIntrinsic
+)
 
 // scalars returns the literal string values of items(n); an intrinsic
 // function shows as its description, so that it never matches by accident.
@@ -730,10 +694,6 @@ func intOr(t *testing.T, n *yaml.Node, def int) int {
 		return def
 	}
 	return v
-}
-
-func isIntrinsic(n *yaml.Node) bool {
-	return strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!")
 }
 
 // resolve evaluates n for the given parameter values: a literal, !Ref of a

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Defaults AWS applies when the template leaves a property out.
@@ -104,13 +104,13 @@ func Parse(data []byte) (*Template, error) {
 	}
 	p := parser{root: doc.Content[0]}
 	t := &Template{Queues: map[string]Queue{}, Functions: map[string]Function{}}
-	resources := get(p.root, "Resources")
+	resources := Get(p.root, "Resources")
 	if resources == nil {
 		return nil, fmt.Errorf("no Resources")
 	}
-	for id, res := range pairs(resources) {
-		props := get(res, "Properties")
-		switch str(get(res, "Type")) {
+	for id, res := range Pairs(resources) {
+		props := Get(res, "Properties")
+		switch str(Get(res, "Type")) {
 		case "AWS::SQS::Queue":
 			q, err := p.queue(id, props)
 			if err != nil {
@@ -123,11 +123,11 @@ func Parse(data []byte) (*Template, error) {
 				return nil, err
 			}
 			t.Functions[id] = f
-			for name, ev := range pairs(get(props, "Events")) {
-				if str(get(ev, "Type")) != "SQS" {
+			for name, ev := range Pairs(Get(props, "Events")) {
+				if str(Get(ev, "Type")) != "SQS" {
 					continue
 				}
-				s, err := p.source(id, name, get(ev, "Properties"))
+				s, err := p.source(id, name, Get(ev, "Properties"))
 				if err != nil {
 					return nil, err
 				}
@@ -168,20 +168,20 @@ type parser struct{ root *yaml.Node }
 func (p parser) queue(id string, props *yaml.Node) (Queue, error) {
 	q := Queue{ID: id, VisibilityTimeout: DefaultVisibilityTimeout, Retention: DefaultRetention}
 	var err error
-	if q.FIFO, err = p.boolOr(get(props, "FifoQueue"), false); err != nil {
+	if q.FIFO, err = p.boolOr(Get(props, "FifoQueue"), false); err != nil {
 		return q, fmt.Errorf("%s.FifoQueue: %w", id, err)
 	}
-	if q.VisibilityTimeout, err = p.secondsOr(get(props, "VisibilityTimeout"), q.VisibilityTimeout); err != nil {
+	if q.VisibilityTimeout, err = p.secondsOr(Get(props, "VisibilityTimeout"), q.VisibilityTimeout); err != nil {
 		return q, fmt.Errorf("%s.VisibilityTimeout: %w", id, err)
 	}
-	if q.Retention, err = p.secondsOr(get(props, "MessageRetentionPeriod"), q.Retention); err != nil {
+	if q.Retention, err = p.secondsOr(Get(props, "MessageRetentionPeriod"), q.Retention); err != nil {
 		return q, fmt.Errorf("%s.MessageRetentionPeriod: %w", id, err)
 	}
-	if rp := get(props, "RedrivePolicy"); rp != nil {
-		if q.MaxReceiveCount, err = p.intOr(get(rp, "maxReceiveCount"), 0); err != nil || q.MaxReceiveCount < 1 {
+	if rp := Get(props, "RedrivePolicy"); rp != nil {
+		if q.MaxReceiveCount, err = p.intOr(Get(rp, "maxReceiveCount"), 0); err != nil || q.MaxReceiveCount < 1 {
 			return q, fmt.Errorf("%s.RedrivePolicy.maxReceiveCount: want a positive integer (%v)", id, err)
 		}
-		dlq, attr, ok := getAtt(get(rp, "deadLetterTargetArn"))
+		dlq, attr, ok := getAtt(Get(rp, "deadLetterTargetArn"))
 		if !ok || attr != "Arn" {
 			return q, fmt.Errorf("%s.RedrivePolicy.deadLetterTargetArn: want !GetAtt <queue>.Arn", id)
 		}
@@ -192,16 +192,16 @@ func (p parser) queue(id string, props *yaml.Node) (Queue, error) {
 
 func (p parser) function(id string, props *yaml.Node) (Function, error) {
 	f := Function{ID: id, Env: map[string]string{}}
-	timeout := get(props, "Timeout")
+	timeout := Get(props, "Timeout")
 	if timeout == nil {
-		timeout = get(p.root, "Globals", "Function", "Timeout")
+		timeout = Get(p.root, "Globals", "Function", "Timeout")
 	}
 	var err error
 	if f.Timeout, err = p.secondsOr(timeout, DefaultFunctionTimeout); err != nil {
 		return f, fmt.Errorf("%s.Timeout: %w", id, err)
 	}
-	for _, vars := range []*yaml.Node{get(p.root, "Globals", "Function", "Environment", "Variables"), get(props, "Environment", "Variables")} {
-		for name, v := range pairs(vars) {
+	for _, vars := range []*yaml.Node{Get(p.root, "Globals", "Function", "Environment", "Variables"), Get(props, "Environment", "Variables")} {
+		for name, v := range Pairs(vars) {
 			if s, ok := p.literal(v); ok {
 				f.Env[name] = s
 				f.Computed = slices.DeleteFunc(f.Computed, func(c string) bool { return c == name })
@@ -220,22 +220,22 @@ func (p parser) function(id string, props *yaml.Node) (Function, error) {
 func (p parser) source(fn, name string, props *yaml.Node) (EventSource, error) {
 	s := EventSource{Function: fn, Name: name, BatchSize: DefaultBatchSize, BatchingWindow: DefaultBatchingWindow, MaximumConcurrency: DefaultMaximumConcurrency}
 	where := fn + ".Events." + name
-	q, attr, ok := getAtt(get(props, "Queue"))
+	q, attr, ok := getAtt(Get(props, "Queue"))
 	if !ok || attr != "Arn" {
 		return s, fmt.Errorf("%s.Queue: want !GetAtt <queue>.Arn", where)
 	}
 	s.Queue = q
 	var err error
-	if s.BatchSize, err = p.intOr(get(props, "BatchSize"), s.BatchSize); err != nil || s.BatchSize < 1 {
+	if s.BatchSize, err = p.intOr(Get(props, "BatchSize"), s.BatchSize); err != nil || s.BatchSize < 1 {
 		return s, fmt.Errorf("%s.BatchSize: want a positive integer (%v)", where, err)
 	}
-	if s.BatchingWindow, err = p.secondsOr(get(props, "MaximumBatchingWindowInSeconds"), s.BatchingWindow); err != nil {
+	if s.BatchingWindow, err = p.secondsOr(Get(props, "MaximumBatchingWindowInSeconds"), s.BatchingWindow); err != nil {
 		return s, fmt.Errorf("%s.MaximumBatchingWindowInSeconds: %w", where, err)
 	}
-	if s.MaximumConcurrency, err = p.intOr(get(props, "ScalingConfig", "MaximumConcurrency"), s.MaximumConcurrency); err != nil || s.MaximumConcurrency < 1 {
+	if s.MaximumConcurrency, err = p.intOr(Get(props, "ScalingConfig", "MaximumConcurrency"), s.MaximumConcurrency); err != nil || s.MaximumConcurrency < 1 {
 		return s, fmt.Errorf("%s.ScalingConfig.MaximumConcurrency: want a positive integer (%v)", where, err)
 	}
-	for _, it := range items(get(props, "FunctionResponseTypes")) {
+	for _, it := range Items(Get(props, "FunctionResponseTypes")) {
 		if str(it) == "ReportBatchItemFailures" {
 			s.ReportBatchItemFailures = true
 		}
@@ -249,13 +249,13 @@ func (p parser) literal(n *yaml.Node) (string, bool) {
 		return "", false
 	}
 	if n.Tag == "!Ref" {
-		def := get(p.root, "Parameters", n.Value, "Default")
-		if def == nil || def.Kind != yaml.ScalarNode || isIntrinsic(def) {
+		def := Get(p.root, "Parameters", n.Value, "Default")
+		if def == nil || def.Kind != yaml.ScalarNode || IsIntrinsic(def) {
 			return "", false
 		}
 		return def.Value, true
 	}
-	if isIntrinsic(n) {
+	if IsIntrinsic(n) {
 		return "", false
 	}
 	return n.Value, true
@@ -301,8 +301,9 @@ func (p parser) boolOr(n *yaml.Node, def bool) (bool, error) {
 	return strconv.ParseBool(s)
 }
 
-// get walks mapping keys from n; nil if any is missing.
-func get(n *yaml.Node, path ...string) *yaml.Node {
+// Get walks mapping keys from n; nil if any is missing. Get, Pairs, Items
+// and IsIntrinsic are the template walkers internal/deploy's checks share.
+func Get(n *yaml.Node, path ...string) *yaml.Node {
 	for _, key := range path {
 		if n == nil || n.Kind != yaml.MappingNode {
 			return nil
@@ -319,8 +320,9 @@ func get(n *yaml.Node, path ...string) *yaml.Node {
 	return n
 }
 
-// pairs yields a mapping's keys and values.
-func pairs(n *yaml.Node) func(yield func(string, *yaml.Node) bool) {
+// Pairs yields a mapping's keys and values (nothing for nil or a
+// non-mapping).
+func Pairs(n *yaml.Node) func(yield func(string, *yaml.Node) bool) {
 	return func(yield func(string, *yaml.Node) bool) {
 		if n == nil || n.Kind != yaml.MappingNode {
 			return
@@ -333,12 +335,13 @@ func pairs(n *yaml.Node) func(yield func(string, *yaml.Node) bool) {
 	}
 }
 
-// items returns a sequence's elements, or a lone value as a list of one.
-func items(n *yaml.Node) []*yaml.Node {
+// Items returns a sequence's elements, or a lone value as a list of one
+// (CloudFormation accepts both for Action, Resource, Statement, Policies).
+func Items(n *yaml.Node) []*yaml.Node {
 	switch {
 	case n == nil:
 		return nil
-	case n.Kind == yaml.SequenceNode && !isIntrinsic(n):
+	case n.Kind == yaml.SequenceNode && !IsIntrinsic(n):
 		return n.Content
 	default:
 		return []*yaml.Node{n}
@@ -346,13 +349,14 @@ func items(n *yaml.Node) []*yaml.Node {
 }
 
 func str(n *yaml.Node) string {
-	if n == nil || n.Kind != yaml.ScalarNode || isIntrinsic(n) {
+	if n == nil || n.Kind != yaml.ScalarNode || IsIntrinsic(n) {
 		return ""
 	}
 	return n.Value
 }
 
-func isIntrinsic(n *yaml.Node) bool {
+// IsIntrinsic reports whether n is a short-form intrinsic (!Ref, !GetAtt, …).
+func IsIntrinsic(n *yaml.Node) bool {
 	return strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!")
 }
 
@@ -377,7 +381,7 @@ func describe(n *yaml.Node) string {
 	if n == nil {
 		return "nothing"
 	}
-	if isIntrinsic(n) {
+	if IsIntrinsic(n) {
 		return n.Tag + " " + n.Value
 	}
 	return fmt.Sprintf("%q", n.Value)
