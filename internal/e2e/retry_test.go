@@ -60,12 +60,21 @@ func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 		outage[i] = fakewebhook.Reply{Status: 503}
 	}
 	f.down.Script(key42, outage...)
-	id := q.Send(t, body42, "")
+	q.Send(t, body42, "")
+	// The message is followed by the id it is received with: a send the SDK
+	// re-sent after a slow reply leaves a second copy (seen once on a loaded
+	// CI machine), which is at-least-once delivery, not a function fault.
+	var id string
 	var requested []int
 	for delivery := 1; delivery <= 5; delivery++ {
 		recs := q.Receive(t, 1, 30)
 		if len(recs) != 1 {
 			t.Fatalf("delivery %d: received %d messages; want 1", delivery, len(recs))
+		}
+		if id == "" {
+			id = recs[0].MessageId
+		} else if recs[0].MessageId != id {
+			t.Fatalf("delivery %d: received message %s; want %s again", delivery, recs[0].MessageId, id)
 		}
 		payload, _ := json.Marshal(events.SQSEvent{Records: recs})
 		failedIDs := f.sqs(payload)
@@ -80,7 +89,11 @@ func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 			}
 			requested = append(requested, int(last["visibility_s"].(float64)))
 			// The queue honours the request: the message is hidden now.
-			if got := q.Receive(t, 1, 30); len(got) != 0 {
+			if got := q.Receive(t, 1, 30); len(got) != 0 && got[0].MessageId != id {
+				// The other copy of a re-sent send: now hidden for 30 s,
+				// longer than this test runs.
+				t.Logf("a second copy of the send (%s) is in the queue; left hidden", got[0].MessageId)
+			} else if len(got) != 0 {
 				t.Fatalf("delivery %d: the message is visible right after the function hid it for %d s", delivery, requested[len(requested)-1])
 			}
 			// Instead of waiting the delay out, make it visible again.
