@@ -659,6 +659,7 @@ var (
 	pairs       = samtemplate.Pairs
 	items       = samtemplate.Items
 	isIntrinsic = samtemplate.IsIntrinsic
+	getAtt      = samtemplate.GetAtt
 )
 
 // scalars returns the literal string values of items(n); an intrinsic
@@ -748,31 +749,6 @@ func ref(n *yaml.Node) (string, bool) {
 		return n.Content[1].Value, true
 	}
 	return "", false
-}
-
-// getAtt returns (X, Y) for !GetAtt X.Y, !GetAtt [X, Y] or {Fn::GetAtt: ...}.
-func getAtt(n *yaml.Node) (id, attr string, ok bool) {
-	if n == nil {
-		return "", "", false
-	}
-	arg := n
-	switch {
-	case n.Tag == "!GetAtt":
-	case n.Kind == yaml.MappingNode && len(n.Content) == 2 && n.Content[0].Value == "Fn::GetAtt":
-		arg = n.Content[1]
-	default:
-		return "", "", false
-	}
-	switch arg.Kind {
-	case yaml.ScalarNode:
-		id, attr, ok = strings.Cut(arg.Value, ".")
-		return id, attr, ok
-	case yaml.SequenceNode:
-		if len(arg.Content) == 2 {
-			return arg.Content[0].Value, arg.Content[1].Value, true
-		}
-	}
-	return "", "", false
 }
 
 // describe renders a node for failure messages.

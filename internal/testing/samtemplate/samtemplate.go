@@ -181,7 +181,7 @@ func (p parser) queue(id string, props *yaml.Node) (Queue, error) {
 		if q.MaxReceiveCount, err = p.intOr(Get(rp, "maxReceiveCount"), 0); err != nil || q.MaxReceiveCount < 1 {
 			return q, fmt.Errorf("%s.RedrivePolicy.maxReceiveCount: want a positive integer (%v)", id, err)
 		}
-		dlq, attr, ok := getAtt(Get(rp, "deadLetterTargetArn"))
+		dlq, attr, ok := GetAtt(Get(rp, "deadLetterTargetArn"))
 		if !ok || attr != "Arn" {
 			return q, fmt.Errorf("%s.RedrivePolicy.deadLetterTargetArn: want !GetAtt <queue>.Arn", id)
 		}
@@ -220,7 +220,7 @@ func (p parser) function(id string, props *yaml.Node) (Function, error) {
 func (p parser) source(fn, name string, props *yaml.Node) (EventSource, error) {
 	s := EventSource{Function: fn, Name: name, BatchSize: DefaultBatchSize, BatchingWindow: DefaultBatchingWindow, MaximumConcurrency: DefaultMaximumConcurrency}
 	where := fn + ".Events." + name
-	q, attr, ok := getAtt(Get(props, "Queue"))
+	q, attr, ok := GetAtt(Get(props, "Queue"))
 	if !ok || attr != "Arn" {
 		return s, fmt.Errorf("%s.Queue: want !GetAtt <queue>.Arn", where)
 	}
@@ -360,18 +360,26 @@ func IsIntrinsic(n *yaml.Node) bool {
 	return strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!")
 }
 
-// getAtt returns X and A for !GetAtt X.A (or the sequence form [X, A]).
-func getAtt(n *yaml.Node) (id, attr string, ok bool) {
-	if n == nil || n.Tag != "!GetAtt" {
+// GetAtt returns (X, Y) for !GetAtt X.Y, !GetAtt [X, Y] or {Fn::GetAtt: ...}.
+func GetAtt(n *yaml.Node) (id, attr string, ok bool) {
+	if n == nil {
 		return "", "", false
 	}
-	switch n.Kind {
+	arg := n
+	switch {
+	case n.Tag == "!GetAtt":
+	case n.Kind == yaml.MappingNode && len(n.Content) == 2 && n.Content[0].Value == "Fn::GetAtt":
+		arg = n.Content[1]
+	default:
+		return "", "", false
+	}
+	switch arg.Kind {
 	case yaml.ScalarNode:
-		id, attr, ok = strings.Cut(n.Value, ".")
+		id, attr, ok = strings.Cut(arg.Value, ".")
 		return id, attr, ok
 	case yaml.SequenceNode:
-		if len(n.Content) == 2 {
-			return n.Content[0].Value, n.Content[1].Value, true
+		if len(arg.Content) == 2 {
+			return arg.Content[0].Value, arg.Content[1].Value, true
 		}
 	}
 	return "", "", false
