@@ -108,15 +108,18 @@ func (r *run) scan(ctx context.Context) (map[string]record, error) {
 
 // fnLine is one JSON log line of the function.
 type fnLine struct {
-	At                                  time.Time
-	Lane                                string
+	At   time.Time
+	Lane string
+	// Slot is the emulator that printed the line: the runner's slot, so
+	// the line belongs to the invocation that slot was running then.
+	Slot                                int
 	Level, Message, Key, MessageID, Raw string
 }
 
 func (r *run) functionLines() []fnLine {
 	var out []fnLine
 	for _, ln := range r.lanes {
-		for _, emu := range ln.emus {
+		for slot, emu := range ln.emus {
 			sc := bufio.NewScanner(strings.NewReader(emu.Log()))
 			sc.Buffer(make([]byte, 1<<20), 1<<20)
 			for sc.Scan() {
@@ -136,7 +139,7 @@ func (r *run) functionLines() []fnLine {
 					continue
 				}
 				at, _ := time.Parse(time.RFC3339Nano, v.Timestamp)
-				out = append(out, fnLine{At: at, Lane: ln.name, Level: v.Level, Message: v.Message, Key: v.Key, MessageID: v.MessageID, Raw: line[i:]})
+				out = append(out, fnLine{At: at, Lane: ln.name, Slot: slot, Level: v.Level, Message: v.Message, Key: v.Key, MessageID: v.MessageID, Raw: line[i:]})
 			}
 		}
 	}
@@ -276,19 +279,35 @@ func (r *run) attribute(e *evidence, ev *event, prev, next fakewebhook.Delivery)
 	// Window 1 needs the function's own word that the completion did not
 	// land (its write failed for good, or it was fenced off after a
 	// take-over); a fault the proxy injected into a completion that was
-	// then retried successfully explains nothing.
+	// then retried successfully explains nothing. The word counts when it
+	// was said between the two deliveries, or when the invocation that
+	// was carrying the event at the earlier delivery said it before it
+	// ended: a completion write still in flight (slow, or retried) when
+	// the lease ended and another delivery took the key over fails
+	// after that delivery, and it is the same window.
 	for _, l := range e.fnByKey[ev.key] {
-		if (l.Message == "completion write failed" || strings.HasPrefix(l.Message, "lease lost")) && !l.At.Before(prev.At) && !l.At.After(next.At) {
-			why := "the function logged: " + trim(l.Raw, 300)
-			pk := Function + "#" + ev.key
-			for _, pe := range e.proxy[pk] {
-				if pe.Op == "UpdateItem" && !pe.At.Before(prev.At) && !pe.At.After(l.At) {
-					why += "; the proxy: " + pe.String()
-					break
-				}
-			}
-			return WindowCompletion, why
+		if l.Message != "completion write failed" && !strings.HasPrefix(l.Message, "lease lost") || l.At.Before(prev.At) {
+			continue
 		}
+		carrier := ""
+		for _, inv := range e.invocations[ev.key] {
+			if inv.lane == l.Lane && inv.Slot == l.Slot && !inv.Started.After(prev.At) && !inv.Ended.Before(l.At) {
+				carrier = fmt.Sprintf(" (by invocation %s/%d, slot %d, in flight at the earlier delivery)", inv.lane, inv.ID, inv.Slot)
+				break
+			}
+		}
+		if l.At.After(next.At) && carrier == "" {
+			continue
+		}
+		why := "the function logged" + carrier + ": " + trim(l.Raw, 300)
+		pk := Function + "#" + ev.key
+		for _, pe := range e.proxy[pk] {
+			if pe.Op == "UpdateItem" && !pe.At.Before(prev.At) && !pe.At.After(l.At) {
+				why += "; the proxy: " + pe.String()
+				break
+			}
+		}
+		return WindowCompletion, why
 	}
 	return "", ""
 }
