@@ -266,7 +266,9 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 		return idem.Record{}, false, a.classify("PutItem", err)
 	}
 	cur, err := a.found(ctx, ccf.Item, prev.Key, r.Now)
-	return cur, false, err
+	// A re-send (the SDK's, after a lost reply) fails against our own
+	// write: the record under our token is the release we made.
+	return cur, err == nil && cur.ReleasedBy(r.Token), err
 }
 
 // found decodes the item a failed condition returned, or reads the record
@@ -310,6 +312,9 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if f.Audit != "" {
 		note[AttrAudit] = str(f.Audit)
 	}
+	if f.Token != "" {
+		note[AttrToken] = str(f.Token)
+	}
 	_, err := a.admin.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Delete: &types.Delete{
 			TableName: &a.table,
@@ -337,7 +342,21 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) > 0 &&
 		aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
 		cur, err := a.found(ctx, tce.CancellationReasons[0].Item, prev.Key, f.Now)
-		return cur, false, err
+		if err != nil || f.Token == "" {
+			return cur, false, err
+		}
+		// DynamoDB recognises a re-sent transaction by its
+		// ClientRequestToken (the SDK sets one) for 10 minutes; moto does
+		// not. Either way, our own note under our token says the forget
+		// happened, even if the key has been reserved afresh since.
+		note, found, err := a.GetForgotten(ctx, prev.Key, f.Now)
+		if err != nil {
+			return cur, false, err
+		}
+		if found && note.Token == f.Token {
+			return prev, true, nil
+		}
+		return cur, false, nil
 	}
 	return idem.Record{}, false, a.classify("TransactWriteItems", err)
 }
@@ -353,6 +372,7 @@ type ForgetNote struct {
 	At          time.Time
 	ExpiresAt   time.Time
 	Audit       string
+	Token       string // the forget's token (idem.Forget.Token), if it had one
 }
 
 // GetForgotten returns the forget note for key, with found false if there
@@ -373,7 +393,7 @@ func (a *Admin) GetForgotten(ctx context.Context, key string, now time.Time) (Fo
 	note := ForgetNote{
 		Key: key, Status: idem.Status(d.s(AttrForgottenStatus)), ErrorCode: idem.Code(d.s(AttrErrorCode)),
 		Fingerprint: d.s(AttrFingerprint), Attempts: int(d.n(AttrAttempts)), At: time.UnixMilli(d.n(AttrCreatedAt)),
-		ExpiresAt: time.Unix(d.n(AttrExpiresAt), 0), Audit: d.s(AttrAudit),
+		ExpiresAt: time.Unix(d.n(AttrExpiresAt), 0), Audit: d.s(AttrAudit), Token: d.s(AttrToken),
 	}
 	if d.err != nil {
 		return ForgetNote{}, false, idem.Permanent(fmt.Errorf("ddbstore: malformed forget note for %q: %w", key, d.err))

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/faults"
 )
 
 var servers = []struct {
@@ -343,7 +346,7 @@ func TestForgetLeavesANote(t *testing.T) {
 			ctx := context.Background()
 			now := time.UnixMilli(time.Now().UnixMilli())
 			rec := seed(t, a, "evt:forget-1:notify", idem.StatusFailed, "HTTP_422", now)
-			if _, ok, err := a.Forget(ctx, rec, idem.Forget{Now: now, Audit: "who and why"}); err != nil || !ok {
+			if _, ok, err := a.Forget(ctx, rec, idem.Forget{Token: "forget-tok-1", Now: now, Audit: "who and why"}); err != nil || !ok {
 				t.Fatalf("Forget = %v, %v", ok, err)
 			}
 			note, found, err := a.GetForgotten(ctx, rec.Key, now)
@@ -351,7 +354,7 @@ func TestForgetLeavesANote(t *testing.T) {
 				t.Fatalf("GetForgotten = %v, %v; want the note", found, err)
 			}
 			want := ddbstore.ForgetNote{Key: rec.Key, Status: idem.StatusFailed, ErrorCode: "HTTP_422", Fingerprint: rec.Fingerprint,
-				Attempts: 1, At: now, ExpiresAt: rec.ExpiresAt, Audit: "who and why"}
+				Attempts: 1, At: now, ExpiresAt: rec.ExpiresAt, Audit: "who and why", Token: "forget-tok-1"}
 			if diff := cmp.Diff(want, note); diff != "" {
 				t.Errorf("forget note (-want +got):\n%s", diff)
 			}
@@ -491,4 +494,68 @@ func tableSizes(t *testing.T, e *env) (all, failed int) {
 		}
 	}
 	return all, failed
+}
+
+// TestOperatorWritesSurviveALostReply drops the reply of the release's
+// PutItem and of the forget's TransactWriteItems after the server acted;
+// the SDK sends each again, its condition fails against the write it made,
+// and the store must still report the operator's change as made.
+func TestOperatorWritesSurviveALostReply(t *testing.T) {
+	for _, srv := range []struct {
+		name     string
+		endpoint func(*testing.T) string
+	}{
+		{"minidyn", func(t *testing.T) string { _, ep := ddblocal.Minidyn(t); return ep }},
+		{"moto", func(t *testing.T) string { return ddblocal.MotoEndpoint(t) }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			endpoint := srv.endpoint(t)
+			var drop atomic.Value // the operation whose next reply is dropped
+			drop.Store("")
+			sent := map[string]int{}
+			var mu sync.Mutex
+			ft := &faults.Transport{Replies: ddblocal.Replies, Decide: func(req *http.Request) faults.Kind {
+				op := ddblocal.Operation(req)
+				mu.Lock()
+				sent[op]++
+				mu.Unlock()
+				if drop.CompareAndSwap(op, "") {
+					return faults.DropReply
+				}
+				return faults.None
+			}}
+			cfg := ddblocal.Config(endpoint, ft)
+			cfg.Retryer = quickRetryer
+			e := newEnvConfig(t, cfg)
+			a := e.admin(t)
+			ctx := context.Background()
+			now := time.UnixMilli(time.Now().UnixMilli())
+
+			prev := seed(t, a, "evt:lost-reply-1:notify", idem.StatusFailed, "HTTP_422", now)
+			rel := idem.Release{Token: "release-tok-1", Now: now, Audit: "who and why"}
+			drop.Store("PutItem")
+			rec, ok, err := a.Release(ctx, prev, rel)
+			if err != nil || !ok {
+				t.Fatalf("Release with its reply lost = ok %v, err %v; want released", ok, err)
+			}
+			if diff := cmp.Diff(prev.Released(rel), rec); diff != "" {
+				t.Errorf("Release returned (-want +got):\n%s", diff)
+			}
+
+			prev = seed(t, a, "evt:lost-reply-2:notify", idem.StatusFailed, "HTTP_422", now)
+			drop.Store("TransactWriteItems")
+			if _, ok, err := a.Forget(ctx, prev, idem.Forget{Token: "forget-tok-1", Now: now, Audit: "who and why"}); err != nil || !ok {
+				t.Fatalf("Forget with its reply lost = ok %v, err %v; want forgotten", ok, err)
+			}
+			if _, found, _ := a.Get(ctx, prev.Key, now); found {
+				t.Errorf("the record is still there after Forget")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if sent["PutItem"] < 2+2 || sent["TransactWriteItems"] < 2 {
+				// 2 PutItems of the two seeds, then the release and its re-send.
+				t.Errorf("requests sent %v; want the release's PutItem and the forget's transaction each sent twice", sent)
+			}
+		})
+	}
 }

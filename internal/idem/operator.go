@@ -96,10 +96,17 @@ func (r Record) Released(rel Release) Record {
 	}
 }
 
+// ReleasedBy reports whether r is the record a release with token wrote:
+// how a store recognises a re-sent Release (see Operator).
+func (r Record) ReleasedBy(token string) bool {
+	return token != "" && r.Token == token && r.Status == StatusFailed && r.ErrorCode == CodeReleased
+}
+
 // Forget is an operator's request to delete a record.
 type Forget struct {
-	Now   time.Time
-	Audit string // who and why; a store may keep it in a note once the record is gone
+	Token string    // names this forget, so that a re-send of it can find it (see Operator); empty: no re-send is recognised
+	Now   time.Time // the operator's clock, which judges the lease and expiry
+	Audit string    // who and why; a store may keep it in a note once the record is gone
 }
 
 // Operator is the part of a store that operators use to repair records
@@ -114,6 +121,13 @@ type Forget struct {
 // nothing and return the record they found (a zero Record if there is none
 // or it has expired) with ok false. Of a release racing a take-over of the
 // same record, exactly one succeeds.
+//
+// A write whose reply was lost is sent again (by the SDK, or by the
+// operator), and its compare-and-swap then fails against its own write. So
+// a re-send is recognised by the request's token: a Release with the same
+// r.Token that finds the record it wrote (r.Token, FAILED, RELEASED)
+// returns that record with ok true, and a Forget with the same non-empty
+// f.Token whose own forget already happened returns prev with ok true.
 type Operator interface {
 	// Release replaces prev with prev.Released(r) and returns it.
 	Release(ctx context.Context, prev Record, r Release) (rec Record, ok bool, err error)

@@ -554,7 +554,7 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 	if release {
 		after, ok, err = r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
 	} else {
-		after, ok, err = r.admin.Forget(ctx, cur, idem.Forget{Now: now, Audit: audit})
+		after, ok, err = r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit})
 	}
 	if err != nil {
 		return res, err

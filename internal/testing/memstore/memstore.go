@@ -20,11 +20,14 @@ type Store struct {
 	mu      sync.Mutex
 	records map[string]idem.Record
 	poison  map[string]idem.Poison
+	// forgotten holds, per key, the token of the last forget, so that its
+	// re-send is recognised (ddbstore keeps it in the forget note).
+	forgotten map[string]string
 }
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{records: map[string]idem.Record{}, poison: map[string]idem.Poison{}}
+	return &Store{records: map[string]idem.Record{}, poison: map[string]idem.Poison{}, forgotten: map[string]string{}}
 }
 
 // Reserve implements idem.Store.
@@ -76,6 +79,9 @@ func (s *Store) Release(_ context.Context, prev idem.Record, r idem.Release) (id
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.swappable(prev, r.Now)
+	if !ok && old.ReleasedBy(r.Token) {
+		return clone(old), true, nil // a re-send of a release that landed
+	}
 	if !ok || old.Releasable(r.Now, r.Force) != nil {
 		return clone(old), false, nil
 	}
@@ -89,10 +95,14 @@ func (s *Store) Forget(_ context.Context, prev idem.Record, f idem.Forget) (idem
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.swappable(prev, f.Now)
+	if !ok && f.Token != "" && s.forgotten[prev.Key] == f.Token {
+		return clone(prev), true, nil // a re-send of a forget that happened
+	}
 	if !ok || old.Forgettable(f.Now) != nil {
 		return clone(old), false, nil
 	}
 	delete(s.records, prev.Key)
+	s.forgotten[prev.Key] = f.Token
 	return clone(old), true, nil
 }
 

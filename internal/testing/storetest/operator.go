@@ -78,9 +78,11 @@ func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
 		{"ReleaseMissingOrExpired", testReleaseMissing},
 		{"ReleaseAuditTooLarge", testReleaseAuditTooLarge},
 		{"ReleaseRacingTakeOverHasOneWinner", testReleaseRace},
+		{"ReleaseResentIsRecognised", testReleaseResent},
 		{"ForgetDeletes", testForget},
 		{"ForgetLiveLeaseRefused", testForgetLive},
 		{"ForgetIsCompareAndSwap", testForgetCAS},
+		{"ForgetResentIsRecognised", testForgetResent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })
@@ -381,5 +383,58 @@ func testForgetCAS(t *testing.T, s OperatorStore) {
 	}
 	if _, found, _ := s.Get(context.Background(), prev.Key, now); !found {
 		t.Errorf("a refused Forget deleted the record")
+	}
+}
+
+// A release whose reply was lost is sent again with the same request; its
+// compare-and-swap fails against its own write, which must still count as
+// released (oncelyctl would otherwise report a race that never happened).
+// Another request meeting that record is refused.
+func testReleaseResent(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 2)
+	rel := release(t, now.Add(time.Second))
+	first, ok, err := s.Release(context.Background(), prev, rel)
+	if err != nil || !ok {
+		t.Fatalf("Release = ok %v, err %v; want released", ok, err)
+	}
+	again, ok, err := s.Release(context.Background(), prev, rel)
+	if err != nil || !ok {
+		t.Fatalf("the same Release sent again = ok %v, err %v; want released (its own write)", ok, err)
+	}
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("the re-sent Release returned (-first +again):\n%s", diff)
+	}
+	other := release(t, now.Add(time.Second))
+	if rec, ok, err := s.Release(context.Background(), prev, other); err != nil || ok || rec.Token != rel.Token {
+		t.Errorf("another Release of the record as it was = ok %v, token %s, err %v; want refused, the released record (token %s) returned", ok, rec.Token, err, rel.Token)
+	}
+}
+
+// A forget sent again with the same token after its reply was lost counts
+// as forgotten, even once the key has been reserved afresh; without a token,
+// or with another, it is refused.
+func testForgetResent(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 1)
+	f := idem.Forget{Token: token(t), Now: now, Audit: "why"}
+	if _, ok, err := s.Forget(context.Background(), prev, f); err != nil || !ok {
+		t.Fatalf("Forget = ok %v, err %v; want forgotten", ok, err)
+	}
+	rec, ok, err := s.Forget(context.Background(), prev, f)
+	if err != nil || !ok || rec.Token != prev.Token {
+		t.Fatalf("the same Forget sent again = ok %v, token %s, err %v; want forgotten, prev returned", ok, rec.Token, err)
+	}
+	if _, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now}); err != nil || ok {
+		t.Errorf("another Forget of the gone record = ok %v, err %v; want refused", ok, err)
+	}
+	if _, ok, err := s.Reserve(context.Background(), reservation(t, prev.Key, fpB, now)); err != nil || !ok {
+		t.Fatalf("Reserve after Forget = acquired %v, err %v", ok, err)
+	}
+	if _, ok, err := s.Forget(context.Background(), prev, f); err != nil || !ok {
+		t.Errorf("the same Forget sent again after a new reservation = ok %v, err %v; want forgotten (it happened)", ok, err)
+	}
+	if _, found, err := s.Get(context.Background(), prev.Key, now); err != nil || !found {
+		t.Errorf("the re-sent Forget deleted the new reservation: found %v, err %v", found, err)
 	}
 }

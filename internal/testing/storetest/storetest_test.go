@@ -71,6 +71,8 @@ var broken = map[string]struct {
 		mustFail: []string{"ReleaseLiveLeaseRefused", "ReleaseSucceededRefused", "ReleaseIsCompareAndSwap", "ReleaseRacingTakeOverHasOneWinner"}},
 	"forgets-blindly": {store: func() idem.Store { return forgetsBlindly{memstore.New()} },
 		mustFail: []string{"ForgetLiveLeaseRefused", "ForgetIsCompareAndSwap"}},
+	"forgets-its-own-writes": {store: func() idem.Store { return forgetsOwnWrites{memstore.New()} },
+		mustFail: []string{"ReleaseResentIsRecognised", "ForgetResentIsRecognised"}},
 }
 
 func TestBrokenStore(t *testing.T) {
@@ -429,4 +431,20 @@ func (s forgetsBlindly) Forget(ctx context.Context, prev idem.Record, f idem.For
 	}
 	// Make the live lease look ended to the real store, then delete.
 	return s.Store.Forget(ctx, cur, idem.Forget{Now: cur.LeaseUntil.Add(time.Millisecond)})
+}
+
+// forgetsOwnWrites does not recognise a re-sent release or forget: its
+// compare-and-swap fails against its own earlier write and reports a race.
+type forgetsOwnWrites struct{ *memstore.Store }
+
+func (s forgetsOwnWrites) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	if cur, ok, err := s.Store.Get(ctx, prev.Key, r.Now); err == nil && ok && cur.Token == r.Token {
+		return cur, false, nil
+	}
+	return s.Store.Release(ctx, prev, r)
+}
+
+func (s forgetsOwnWrites) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	f.Token = ""
+	return s.Store.Forget(ctx, prev, f)
 }
