@@ -26,7 +26,10 @@ func TestSoak(t *testing.T) {
 	}
 	cfg := soak.Default(n)
 	cfg.RIE, cfg.Bootstrap, cfg.Template = os.Getenv(envRIE), bootstrap, "../../template.yaml"
-	cfg.DynamoDB, cfg.SQS = os.Getenv(ddblocal.EnvMoto), sqslocal.EndpointFromEnv()
+	cfg.DynamoDB, cfg.SQS = os.Getenv(ddblocal.EnvMotoSoak), sqslocal.EndpointFromEnv()
+	if cfg.DynamoDB == "" {
+		cfg.DynamoDB = os.Getenv(ddblocal.EnvMoto)
+	}
 	cfg.Log = testLog{t}
 	rep, err := soak.Run(context.Background(), cfg)
 	if err != nil {

@@ -47,6 +47,9 @@ type TB interface {
 const (
 	// EnvMoto is the moto server's endpoint, set by `make test`.
 	EnvMoto = "IDEM_TEST_MOTO_ENDPOINT"
+	// EnvMotoSoak is a moto server for the chaos soak alone (its load would
+	// slow every other test's calls), set by tools/with-moto.sh.
+	EnvMotoSoak = "IDEM_TEST_MOTO_SOAK_ENDPOINT"
 	// EnvRequireMoto makes a missing moto endpoint a failure, not a skip.
 	EnvRequireMoto = "IDEM_REQUIRE_MOTO"
 	// EnvAWSTable opts into running against a real DynamoDB table (with the
