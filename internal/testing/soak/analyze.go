@@ -217,6 +217,7 @@ func (r *run) gather(ctx context.Context) (*evidence, error) {
 	invs := slices.Clone(r.invocations)
 	moved := slices.Clone(r.moved)
 	r.mu.Unlock()
+	r.adoptResentCopies(invs)
 	for _, inv := range invs {
 		seen := map[string]bool{}
 		for _, rec := range inv.Records {
@@ -240,6 +241,35 @@ func (r *run) gather(ctx context.Context) (*evidence, error) {
 	return e, nil
 }
 
+// adoptResentCopies finds the messages the runner received whose ids no
+// send returned, and makes each a copy of the event whose body it carries.
+// A producer's send is at least once too: when a SendMessage reply is lost
+// or slow, the SDK (or the producer's own loop) sends again, and the queue
+// may hold both; on a FIFO queue moto drops the re-send by its
+// deduplication id but answers with a fresh id it never enqueued, so the
+// id the producer holds is not the one delivered. Bodies are unique per
+// event, so the body names the event.
+func (r *run) adoptResentCopies(invs []laneInvocation) {
+	byBody := map[string]*event{}
+	for _, ev := range r.events {
+		byBody[ev.body] = ev
+	}
+	for _, inv := range invs {
+		for _, rec := range inv.Records {
+			if r.eventOf(rec.MessageID) != nil {
+				continue
+			}
+			if ev := byBody[rec.Body]; ev != nil {
+				r.byMessage.Store(rec.MessageID, ev)
+				r.mu.Lock()
+				ev.copies = append(ev.copies, rec.MessageID)
+				r.resent++
+				r.mu.Unlock()
+			}
+		}
+	}
+}
+
 func (r *run) eventOf(messageID string) *event {
 	if v, ok := r.byMessage.Load(messageID); ok {
 		return v.(*event)
@@ -261,6 +291,10 @@ func died(inv esm.Invocation) (bool, string) {
 	return false, ""
 }
 
+// senderGone bounds how long after its sender died a delivery may reach
+// the webhook and still be counted as that sender's (see attribute).
+const senderGone = 2 * time.Second
+
 // attribute finds the window that let next follow prev for ev's key, and
 // says what shows it.
 func (r *run) attribute(e *evidence, ev *event, prev, next fakewebhook.Delivery) (Window, string) {
@@ -272,6 +306,31 @@ func (r *run) attribute(e *evidence, ev *event, prev, next fakewebhook.Delivery)
 			return WindowCrash, fmt.Sprintf("invocation %s/%d (slot %d) carrying it %s at %s, after the delivery at %s: %s",
 				inv.lane, inv.ID, inv.Slot, how, inv.Ended.Format("15:04:05.000"), prev.At.Format("15:04:05.000"), trim(inv.Failure, 120))
 		}
+	}
+	// A request its sender wrote just before it was killed still reaches
+	// the webhook: the kernel holds it, and the server reads and stamps it
+	// when its goroutine runs, which on a loaded machine is after the
+	// runner saw the runtime die. So when no invocation carrying the event
+	// was in flight at the delivery, the one that died last before it,
+	// shortly before, sent it; nothing else could have.
+	var sender *laneInvocation
+	for i, inv := range e.invocations[ev.key] {
+		if inv.Started.After(prev.At) {
+			continue
+		}
+		if !inv.Ended.Before(prev.At) {
+			sender = nil // a live carrier: the request may be its own
+			break
+		}
+		if ok, _ := died(inv.Invocation); ok && prev.At.Sub(inv.Ended) <= senderGone && (sender == nil || inv.Ended.After(sender.Ended)) {
+			sender = &e.invocations[ev.key][i]
+		}
+	}
+	if sender != nil {
+		_, how := died(sender.Invocation)
+		return WindowCrash, fmt.Sprintf("invocation %s/%d (slot %d) carrying it %s at %s, %v before the webhook read the delivery at %s, and no other carrier was in flight then: %s",
+			sender.lane, sender.ID, sender.Slot, how, sender.Ended.Format("15:04:05.000"), prev.At.Sub(sender.Ended).Round(time.Millisecond),
+			prev.At.Format("15:04:05.000"), trim(sender.Failure, 120))
 	}
 	if prev.ReplyLost {
 		return WindowReplyLost, fmt.Sprintf("delivery #%d at %s was accepted (%s) and its reply lost", prev.Seq, prev.At.Format("15:04:05.000"), prev.Mode)

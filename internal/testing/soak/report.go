@@ -46,7 +46,11 @@ type Report struct {
 	RetryWindow     time.Duration
 
 	EventsSent, PoisonSent, MessagesSent, SendErrors int
-	DeliveredOnce, DeliveredTwice, DeliveredMore     int
+	// ResentCopies are messages no send returned the id of: copies left
+	// by a send the SDK or the producer sent again after a lost or slow
+	// reply, matched to their event by body.
+	ResentCopies                                 int
+	DeliveredOnce, DeliveredTwice, DeliveredMore int
 	// Duplicates counts extra deliveries by window; Examples shows a few.
 	Duplicates   map[Window]int
 	Examples     map[Window][]string
@@ -135,6 +139,9 @@ func (r *run) newReport(e *evidence) *Report {
 	}
 	// Redriven copies were appended to the events' messages: they are not sends.
 	rep.MessagesSent -= len(r.moved)
+	// Re-sent copies were appended too; they are counted on their own.
+	rep.ResentCopies = r.resent
+	rep.MessagesSent -= r.resent
 	rep.SendErrors = len(r.sendErrors)
 	for _, k := range r.kills {
 		rep.Kills++
@@ -181,8 +188,8 @@ func (r *run) newReport(e *evidence) *Report {
 // Summary is a few lines for a test log or a terminal.
 func (rep *Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "events %d (+%d poison), messages sent %d; delivered once %d, twice %d, more %d; in DLQ %d; lost %d\n",
-		rep.EventsSent, rep.PoisonSent, rep.MessagesSent, rep.DeliveredOnce, rep.DeliveredTwice, rep.DeliveredMore, rep.InDLQ, rep.Lost)
+	fmt.Fprintf(&b, "events %d (+%d poison), messages sent %d (+%d left by re-sent sends); delivered once %d, twice %d, more %d; in DLQ %d; lost %d\n",
+		rep.EventsSent, rep.PoisonSent, rep.MessagesSent, rep.ResentCopies, rep.DeliveredOnce, rep.DeliveredTwice, rep.DeliveredMore, rep.InDLQ, rep.Lost)
 	fmt.Fprintf(&b, "duplicates: %s; unattributed %d\n", rep.duplicateLine(), rep.Unattributed)
 	fmt.Fprintf(&b, "reached the DLQ %d events, redriven %d messages in %d rounds, %d of those events delivered\n", rep.ReachedDLQ, rep.Redriven, rep.RedriveRounds, rep.RedrivenDelivered)
 	fmt.Fprintf(&b, "kills %d (%d mid-action), runtime deaths %d (timeouts %d); store faults %v of %d requests (+%d delayed); webhook %v\n",
@@ -250,7 +257,7 @@ func (rep *Report) Markdown(machine string) string {
 	w("## Outcome\n\n| | count |\n|---|---|\n")
 	w("| events sent (each twice) | %d |\n", rep.EventsSent)
 	w("| poison messages sent (each twice; noted, acknowledged, never delivered) | %d (%d poison notes) |\n", rep.PoisonSent, rep.PoisonNotes)
-	w("| messages sent | %d (send errors: %d) |\n", rep.MessagesSent, rep.SendErrors)
+	w("| messages sent | %d (send errors: %d; %d more copies left by sends re-sent after a lost or slow reply, matched to their events by body) |\n", rep.MessagesSent, rep.SendErrors, rep.ResentCopies)
 	w("| delivered once | %d |\n", rep.DeliveredOnce)
 	w("| delivered twice (every extra delivery attributed below) | %d |\n", rep.DeliveredTwice)
 	w("| delivered three times or more | %d |\n", rep.DeliveredMore)
@@ -332,7 +339,7 @@ func (rep *Report) Markdown(machine string) string {
 	w("## What is checked\n\n")
 	w("- Every event is delivered to the webhook, or sits in a DLQ with a record saying why; otherwise it is **lost**.\n")
 	w("- Every message the runner deleted had, before the delete, a final record for its key (`SUCCEEDED`, or `FAILED` not retryable) or a poison note for it (`updated_at` ≤ the delete).\n")
-	w("- Every extra delivery of an event is explained by one documented window, from the evidence: (2) an invocation carrying the event was in flight at the earlier delivery and its runtime died; (3) the webhook's audit log says it accepted the earlier delivery and the reply was lost; (1) the function logged that the completion write for the key failed for good or was fenced off after a take-over (`lease lost`), either between the two deliveries or from the invocation that was carrying the event at the earlier delivery (a completion still in flight when the lease ended fails after the take-over's delivery). Anything else fails the soak. The webhook does not de-duplicate.\n")
+	w("- Every extra delivery of an event is explained by one documented window, from the evidence: (2) an invocation carrying the event was in flight at the earlier delivery and its runtime died (or it died at most %v before the webhook read that delivery, and no carrier was in flight then: the request was in the socket); (3) the webhook's audit log says it accepted the earlier delivery and the reply was lost; (1) the function logged that the completion write for the key failed for good or was fenced off after a take-over (`lease lost`), either between the two deliveries or from the invocation that was carrying the event at the earlier delivery (a completion still in flight when the lease ended fails after the take-over's delivery). Anything else fails the soak. The webhook does not de-duplicate.\n", senderGone)
 	w("- The events of a FIFO group are first delivered in the order they were sent (events that went through a DLQ are left out: the group went on without them).\n")
 	if !rep.OK() {
 		w("\n## Violations\n\n```\n%s```\n", rep.Failures())

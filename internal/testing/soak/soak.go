@@ -191,6 +191,7 @@ type run struct {
 	invocations []laneInvocation
 	moved       []movedMessage
 	sendErrors  []string
+	resent      int // messages adopted by their body (adoptResentCopies)
 	phases      map[string]time.Time
 	chaos       atomic.Bool // kills only while the chaos phase lasts
 	killRand    *rand.Rand
