@@ -1,7 +1,8 @@
 // Package ddbstore is the DynamoDB driver for idem.Store: the one that makes
 // the engine's guarantees hold across processes and machines.
 //
-// Every write is one conditional request. A reservation is a PutItem that
+// Every write of a record is one conditional request (poison and forget
+// notes are plain puts under keys of their own). A reservation is a PutItem that
 // admits a fresh key or an expired record; a take-over is a PutItem that
 // compares and swaps the previous owner's token; completion is an UpdateItem
 // fenced by the owner's token. A duplicate costs one request: a failed
@@ -206,9 +207,10 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 		// the stored one.
 		Audit: prev.Audit,
 	}
+	item := s.item(rec)
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
-		Item:      s.item(rec),
+		Item:      item,
 		// The swap holds only if nobody changed the record since the engine
 		// judged it claimable (same token, status and attempts), and the
 		// claimable rule is re-checked against the stored values.
@@ -230,6 +232,8 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
+		// What was written, as Get reads it back (the lease at milliseconds).
+		rec, _ := decode(item, s.namespace)
 		return rec, true, nil
 	}
 	return s.conflict(ctx, "PutItem", r, err)
@@ -244,14 +248,19 @@ const completeExpression = "SET #status = :succeeded, #result = :result, #result
 // completeValues are completeExpression's values, and the token it is
 // fenced by.
 func completeValues(f idem.Finish, result types.AttributeValue, enc string) map[string]types.AttributeValue {
+	v := finishValues(f)
+	v[":succeeded"], v[":result"], v[":enc"] = str(string(idem.StatusSucceeded)), result, str(enc)
+	return v
+}
+
+// finishValues are the values every finishing write sets: the fencing
+// token, the attempt count, the retention and the time.
+func finishValues(f idem.Finish) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		":succeeded": str(string(idem.StatusSucceeded)),
-		":result":    result,
-		":enc":       str(enc),
-		":token":     str(f.Token),
-		":attempts":  n(int64(f.Attempts)),
-		":expires":   n(epochSeconds(f.ExpiresAt)),
-		":now_ms":    ms(f.Now),
+		":token":    str(f.Token),
+		":attempts": n(int64(f.Attempts)),
+		":expires":  n(epochSeconds(f.ExpiresAt)),
+		":now_ms":   ms(f.Now),
 	}
 }
 
@@ -271,22 +280,21 @@ func (s *Store) Fail(ctx context.Context, f idem.Finish) error {
 	return s.finish(ctx, f,
 		"SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, "+
 			"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms, #triage = :triage, #triage_sk = :triage_sk",
-		map[string]types.AttributeValue{
-			":failed":    str(string(idem.StatusFailed)),
-			":code":      str(string(f.ErrorCode)),
-			":msg":       str(f.ErrorMessage),
-			":retryable": &types.AttributeValueMemberBOOL{Value: f.Retryable},
-			":triage":    triage,
-			":triage_sk": triageSK,
-		},
+		failValues(f, triage, triageSK),
 		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK)
 }
 
+func failValues(f idem.Finish, triage, triageSK types.AttributeValue) map[string]types.AttributeValue {
+	v := finishValues(f)
+	v[":failed"], v[":code"], v[":msg"] = str(string(idem.StatusFailed)), str(string(f.ErrorCode)), str(f.ErrorMessage)
+	v[":retryable"] = &types.AttributeValueMemberBOOL{Value: f.Retryable}
+	v[":triage"], v[":triage_sk"] = triage, triageSK
+	return v
+}
+
+// finish runs a finishing update (values from finishValues) fenced by the
+// token.
 func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values map[string]types.AttributeValue, attrs ...string) error {
-	values[":token"] = str(f.Token)
-	values[":attempts"] = n(int64(f.Attempts))
-	values[":expires"] = n(epochSeconds(f.ExpiresAt))
-	values[":now_ms"] = ms(f.Now)
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        &s.table,
 		Key:              map[string]types.AttributeValue{AttrPK: str(s.pk(f.Key))},

@@ -847,7 +847,8 @@ func TestEffectCommitErrorsAreClassified(t *testing.T) {
 }
 
 // Limits checked before anything is sent: an item over DynamoDB's 400 KB,
-// and a write to the record's own table named by its ARN.
+// a write to the record's own table named by its ARN, and a write that
+// sets two kinds at once.
 func TestEffectLimitsCheckedBeforeSending(t *testing.T) {
 	e := minidynEnv(t)
 	now := time.Now()
@@ -862,6 +863,9 @@ func TestEffectLimitsCheckedBeforeSending(t *testing.T) {
 		"the record itself, by ARN": {{Update: &types.Update{TableName: &arn, UpdateExpression: aws.String("SET x = :x"),
 			Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "test-fn#" + r.Key}},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":x": &types.AttributeValueMemberN{Value: "1"}}}}},
+		"a Put and a Delete in one write": {{
+			Put:    &types.Put{TableName: aws.String("other"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "a"}}},
+			Delete: &types.Delete{TableName: aws.String("other"), Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "b"}}}}},
 	} {
 		e.counter.Reset()
 		err := e.store.CompleteWithEffects(context.Background(), idem.Finish{Key: r.Key, Token: "t2", Now: now, Attempts: 1, ExpiresAt: now.Add(time.Hour)}, eff)

@@ -213,36 +213,33 @@ func describeItem(it types.TransactWriteItem) (table, key string, size int, err 
 	var (
 		t      *string
 		k      map[string]types.AttributeValue
-		values []map[string]types.AttributeValue
+		values map[string]types.AttributeValue
 		n      int
 	)
-	switch {
-	case it.Put != nil:
-		t, k = it.Put.TableName, it.Put.Item
-		values = append(values, it.Put.ExpressionAttributeValues)
+	// Counted one by one: a write that sets two kinds is refused here, not
+	// sent for DynamoDB's validation to refuse.
+	if it.Put != nil {
+		t, k, values = it.Put.TableName, it.Put.Item, it.Put.ExpressionAttributeValues
 		n++
-	case it.Update != nil:
-		t, k = it.Update.TableName, it.Update.Key
-		values = append(values, it.Update.ExpressionAttributeValues)
+	}
+	if it.Update != nil {
+		t, k, values = it.Update.TableName, it.Update.Key, it.Update.ExpressionAttributeValues
 		size += len(aws.ToString(it.Update.UpdateExpression))
 		n++
-	case it.Delete != nil:
-		t, k = it.Delete.TableName, it.Delete.Key
-		values = append(values, it.Delete.ExpressionAttributeValues)
+	}
+	if it.Delete != nil {
+		t, k, values = it.Delete.TableName, it.Delete.Key, it.Delete.ExpressionAttributeValues
 		n++
-	case it.ConditionCheck != nil:
-		t, k = it.ConditionCheck.TableName, it.ConditionCheck.Key
-		values = append(values, it.ConditionCheck.ExpressionAttributeValues)
+	}
+	if it.ConditionCheck != nil {
+		t, k, values = it.ConditionCheck.TableName, it.ConditionCheck.Key, it.ConditionCheck.ExpressionAttributeValues
 		n++
 	}
 	if n != 1 || aws.ToString(t) == "" || len(k) == 0 {
 		return "", "", 0, errors.New("each write must be exactly one of Put, Update, Delete or ConditionCheck, with a table and a key")
 	}
 	table = aws.ToString(t)
-	size += attrsSize(k)
-	for _, v := range values {
-		size += attrsSize(v)
-	}
+	size += attrsSize(k) + attrsSize(values)
 	if it.Put != nil {
 		// The key of a Put is in its item: name the key attributes we know
 		// (pk, and sk when there is one), or every attribute of a small item.

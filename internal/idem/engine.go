@@ -275,7 +275,7 @@ func (e *Engine) leaseEnd(deadline, now time.Time) time.Time {
 func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, workEnd time.Time, fn Work) Outcome {
 	out := Outcome{Key: rec.Key, Attempts: rec.Attempts}
 	p := e.o.Retry
-	if p.AttemptsPerKey > 0 && rec.Attempts > p.AttemptsPerKey {
+	if p.keyCapReached(rec.Attempts - 1) {
 		// A crashed owner used the last attempt: record the verdict without
 		// running again. The take-over counted an attempt that never ran.
 		out.Attempts = rec.Attempts - 1

@@ -81,14 +81,16 @@ type Finish struct {
 }
 
 // Store keeps records and makes the reservation atomic. This comment is the
-// contract, and the conformance suite (internal/testing/storetest) checks
-// each sentence of it against every driver.
+// contract, and the conformance suite (internal/testing/storetest,
+// RunStoreTests) checks it against every driver.
 //
 // Implementations must be safe for concurrent use by many goroutines and
-// processes (where their backend allows). Every method that writes is a
-// single conditional operation: a store never overwrites a record it was not
-// entitled to overwrite. Times are compared at whole seconds for expiry and
-// milliseconds for leases.
+// processes (where their backend allows). Every method that writes a record
+// is a single conditional operation: a store never overwrites a record it
+// was not entitled to overwrite. (Poison notes, PoisonRecorder, are plain
+// writes in a key space of their own: a key never contains the separator
+// that names it.) Expiry is compared at whole seconds, as TTL stores it; a
+// store may keep leases at milliseconds.
 //
 // Errors. A store never retries on its own (a driver's SDK may) and
 // classifies every error it returns with [ClassifiedError], so that

@@ -59,7 +59,7 @@ func (s *Store) TakeOver(_ context.Context, prev idem.Record, r idem.Reservation
 		return clone(old), true, nil // a repeated take-over that already landed
 	}
 	// Compare-and-swap: the record must still be the one the engine judged.
-	if old.Token != prev.Token || old.Status != prev.Status || old.Fingerprint != r.Fingerprint || !old.Claimable(r.Now) {
+	if old.Token != prev.Token || old.Status != prev.Status || old.Attempts != prev.Attempts || old.Fingerprint != r.Fingerprint || !old.Claimable(r.Now) {
 		return clone(old), false, nil
 	}
 	rec := idem.Record{

@@ -378,6 +378,36 @@ func testTakeOverCAS(t *testing.T, s idem.Store) {
 	if rec.Status != idem.StatusSucceeded || string(rec.Result) != "1" {
 		t.Errorf("refused TakeOver returned %s %q; want the current SUCCEEDED record", rec.Status, rec.Result)
 	}
+
+	// The record changed and is claimable again: a retryable failure taken
+	// over by another worker, which failed retryably in turn. A take-over
+	// judged on the first failure (a stale prev) must be refused, though
+	// the claimable rule alone would let it through.
+	r = reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	fail := finish(r, now, 1)
+	fail.ErrorCode, fail.Retryable = idem.CodeTransientFailure, true
+	if err := s.Fail(context.Background(), fail); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	stale := mustGet(t, s, r.Key, now)
+	second := reservation(t, r.Key, fpA, now)
+	if _, ok, err := s.TakeOver(context.Background(), stale, second); err != nil || !ok {
+		t.Fatalf("TakeOver of the retryable failure = acquired %v, err %v", ok, err)
+	}
+	fail = finish(second, now, 2)
+	fail.ErrorCode, fail.Retryable = idem.CodeTransientFailure, true
+	if err := s.Fail(context.Background(), fail); err != nil {
+		t.Fatalf("second Fail: %v", err)
+	}
+	third := reservation(t, r.Key, fpA, now)
+	rec, ok, err = s.TakeOver(context.Background(), stale, third)
+	if err != nil || ok {
+		t.Fatalf("TakeOver with a stale prev (token %s, now %s) = acquired %v, err %v; want refused", stale.Token, second.Token, ok, err)
+	}
+	if rec.Token != second.Token || rec.Attempts != 2 {
+		t.Errorf("refused TakeOver returned token %s attempts %d; want the current record (token %s, 2 attempts)", rec.Token, rec.Attempts, second.Token)
+	}
 }
 
 func testLiveLeaseNotTakenOver(t *testing.T, s idem.Store) {

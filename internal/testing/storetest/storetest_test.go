@@ -71,6 +71,8 @@ var broken = map[string]struct {
 		mustFail: []string{"ReleaseLiveLeaseRefused", "ReleaseSucceededRefused", "ReleaseIsCompareAndSwap", "ReleaseRacingTakeOverHasOneWinner"}},
 	"forgets-blindly": {store: func() idem.Store { return forgetsBlindly{memstore.New()} },
 		mustFail: []string{"ForgetLiveLeaseRefused", "ForgetIsCompareAndSwap"}},
+	"claimable-only": {store: func() idem.Store { return claimableOnly{memstore.New()} },
+		mustFail: []string{"TakeOverIsCompareAndSwap"}},
 	"forgets-its-own-writes": {store: func() idem.Store { return forgetsOwnWrites{memstore.New()} },
 		mustFail: []string{"ReleaseResentIsRecognised", "ForgetResentIsRecognised"}},
 }
@@ -447,4 +449,16 @@ func (s forgetsOwnWrites) Release(ctx context.Context, prev idem.Record, r idem.
 func (s forgetsOwnWrites) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
 	f.Token = ""
 	return s.Store.Forget(ctx, prev, f)
+}
+
+// claimableOnly takes over whatever record is stored now if it is
+// claimable, without comparing it with the one the engine judged.
+type claimableOnly struct{ *memstore.Store }
+
+func (s claimableOnly) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	cur, ok, err := s.Store.Get(ctx, r.Key, r.Now)
+	if !ok || err != nil {
+		return cur, false, err
+	}
+	return s.Store.TakeOver(ctx, cur, r)
 }
