@@ -32,6 +32,9 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
+// initSecretTimeout bounds the signing secret's first read at init.
+const initSecretTimeout = 5 * time.Second
+
 func main() {
 	tuneRuntime(config.RuntimeSettings(os.Getenv))
 	r, err := wire(context.Background())
@@ -91,7 +94,12 @@ func wire(ctx context.Context) (*router.Router, error) {
 			// Read the signing secret now: a missing secret or permission fails
 			// the init with one line, instead of every delivery later.
 			keys := secretsource.New(secretsmanager.NewFromConfig(awsCfg), cfg.Signing.Secret, cfg.Signing.Refresh)
-			if err := keys.Load(ctx); err != nil {
+			// Bounded well inside Lambda's 10 s init limit, so that a hanging
+			// Secrets Manager gives this line, not an init timeout.
+			lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+			err := keys.Load(lctx)
+			cancel()
+			if err != nil {
 				return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
 			}
 			notifier.Signer = keys

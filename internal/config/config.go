@@ -152,7 +152,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if p.err == nil && (c.Namespace == "" || strings.Contains(c.Namespace, "#")) {
 		p.fail(EnvNamespace, "a name without '#' (it defaults to AWS_LAMBDA_FUNCTION_NAME, which is not set either)", c.Namespace)
 	}
-	if p.err == nil && c.Lease != 0 {
+	if p.err == nil && c.Lease != 0 && c.Action == ActionNotify {
 		// A lease must hold one whole request plus the completion write.
 		timeout := cmp.Or(c.NotifyTimeout, notify.DefaultTimeout)
 		if work := (idem.Budget{}).LeaseWorkTime(c.Lease); work < timeout {

@@ -41,8 +41,10 @@ var defaultTransient = func() map[int]bool {
 	return m
 }()
 
-// Class returns the class of an HTTP status. 1xx–3xx are not errors and
-// return ClassUnknown; callers check for success first.
+// Class returns the class of an HTTP status that is not a success.
+// Redirects are not followed (a delivery goes to the configured URL only),
+// so a 3xx is permanent like a 4xx; 1xx and 2xx are not errors and return
+// ClassUnknown.
 func (c Classifier) Class(status int) idem.Class {
 	transient := c.Transient
 	if transient == nil {
@@ -51,7 +53,7 @@ func (c Classifier) Class(status int) idem.Class {
 	switch {
 	case transient[status]:
 		return idem.ClassTransient
-	case status >= 400:
+	case status >= 300:
 		return idem.ClassPermanent
 	default:
 		return idem.ClassUnknown

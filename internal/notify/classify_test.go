@@ -17,7 +17,7 @@ func TestClassifier(t *testing.T) {
 		400: idem.ClassPermanent, 401: idem.ClassPermanent, 403: idem.ClassPermanent, 404: idem.ClassPermanent,
 		409: idem.ClassPermanent, 422: idem.ClassPermanent, 418: idem.ClassPermanent,
 		500: idem.ClassPermanent, 501: idem.ClassPermanent, 599: idem.ClassPermanent,
-		302: idem.ClassUnknown,
+		301: idem.ClassPermanent, 302: idem.ClassPermanent, 307: idem.ClassPermanent, 204: idem.ClassUnknown,
 	} {
 		if got := def.Class(status); got != want {
 			t.Errorf("default Class(%d) = %v; want %v", status, got, want)

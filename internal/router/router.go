@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,6 +48,9 @@ func Metrics() []string {
 	}
 	return append(names, MetricVisibilityFailed)
 }
+
+// metricNames is Metrics, built once: every invocation writes them.
+var metricNames = Metrics()
 
 // Router dispatches invocations.
 type Router struct {
@@ -139,7 +143,7 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	if r.Metrics != nil {
 		doc := emf.Document{
 			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
-			Names: Metrics(), Counts: &counts, Duration: now().Sub(start), At: now(),
+			Names: metricNames, Counts: &counts, Duration: now().Sub(start), At: now(),
 		}
 		if err := emf.Write(r.Metrics, doc); err != nil {
 			r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())
@@ -152,13 +156,18 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 // what the function accepts and what it got.
 func sniff(payload []byte) (shape, error) {
 	var s shape
-	if !json.Valid(payload) {
-		return s, fmt.Errorf("the event is not JSON (%d bytes): want an SQS event or an API Gateway HTTP API payload 2.0 request", len(payload))
-	}
+	notJSON := fmt.Errorf("the event is not JSON (%d bytes): want an SQS event or an API Gateway HTTP API payload 2.0 request", len(payload))
 	if t := bytes.TrimSpace(payload); len(t) == 0 || t[0] != '{' {
+		if !json.Valid(payload) {
+			return s, notJSON
+		}
 		return s, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request, both JSON objects; got %s", describe(payload))
 	}
+	// One pass on the hot path: a syntax error is found by this decode too.
 	if err := json.Unmarshal(payload, &s); err != nil {
+		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+			return s, notJSON
+		}
 		// An object whose Records or requestContext has another shape.
 		return s, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request; got %s (%v)", describe(payload), err)
 	}

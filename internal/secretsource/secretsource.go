@@ -29,8 +29,9 @@ import (
 const DefaultRefresh = 5 * time.Minute
 
 const (
-	// refreshTimeout bounds a background re-read, whatever the delivery's
-	// own deadline: a hanging Secrets Manager must not hold deliveries.
+	// refreshTimeout bounds the re-read one delivery makes when the keys
+	// are stale (within its own deadline too): a hanging Secrets Manager
+	// must not hold deliveries.
 	refreshTimeout = 2 * time.Second
 	// retryFailedRefresh is how long after a failed re-read the next one is
 	// tried; the keys already read stay in use meanwhile.
@@ -97,7 +98,9 @@ func (s *Source) Keys(ctx context.Context) ([][]byte, error) {
 		return s.current(), nil
 	}
 	if refresh {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+		// Within the delivery's own deadline too: a slow refresh must not
+		// push the request it signs past its time.
+		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 		_, err := s.reload(rctx)
 		cancel()
 		s.mu.Lock()
@@ -121,6 +124,11 @@ func (s *Source) current() [][]byte {
 // refuses a signature) and reports whether they differ from the keys held
 // before. A caller comparing with the keys it signed with must compare
 // those itself: another delivery may have reloaded first.
+//
+// It reads on every call, deliberately: a refusal right after a rotation
+// must see the new keys, or the event is stored as a permanent failure. A
+// receiver that refuses every signature therefore costs two reads per
+// delivery (AWSCURRENT and AWSPENDING).
 func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 	return s.reload(ctx)
 }

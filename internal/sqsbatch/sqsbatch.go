@@ -271,8 +271,9 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 		res.Code = out.Err.Code
 		res.retryAfter = out.Err.RetryAfter
 		switch {
-		case out.Err.Code == idem.CodeKeyReused, out.Err.Code == idem.CodeInvalidKey, out.Err.Code == idem.CodeInvalidPayload:
-			// Refused before anything ran: acknowledged only with a note.
+		case res.Label == idem.LabelPoison:
+			// Refused before anything ran (idem's labels say which codes):
+			// acknowledged only with a note.
 			return b.poison(ctx, res, body, out.Err)
 		case out.Err.Code == idem.CodeInProgress:
 			res.retry = sqsvisibility.InProgress
