@@ -4,14 +4,14 @@
 #
 #   tools/with-moto.sh CMD [ARGS...]
 #
-# Three servers, each one moto process with one worker thread:
+# Up to three servers, each one moto process with one worker thread:
 #   - "moto": DynamoDB and Secrets Manager. The command sees
 #     IDEM_TEST_MOTO_ENDPOINT, AWS_ENDPOINT_URL_DYNAMODB and
 #     AWS_ENDPOINT_URL_SECRETS_MANAGER set to it.
 #   - "moto-sqs": SQS. The command sees IDEM_TEST_MOTO_SQS_ENDPOINT and
 #     AWS_ENDPOINT_URL_SQS set to it.
-#   - "moto-soak": DynamoDB for the chaos soak alone
-#     (IDEM_TEST_MOTO_SOAK_ENDPOINT). The soak sends thousands of requests
+#   - "moto-soak", with MOTO_SOAK=1 (make test): DynamoDB for the chaos
+#     soak alone (IDEM_TEST_MOTO_SOAK_ENDPOINT). The soak sends thousands of requests
 #     in a minute; on the shared worker thread they queued every other
 #     package's calls behind them (and theirs behind the others': moto's
 #     median reply during the soak was 200 ms).
@@ -28,6 +28,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/oncely-moto.XXXXXX")"
 cleanup() {
+	# A start still running (Ctrl-C in the first seconds; background jobs
+	# ignore it) writes its pid file when it ends: wait for it, then stop.
+	wait || true
 	"$ROOT/tools/moto.sh" stop "$STATE" moto-soak || true
 	"$ROOT/tools/moto.sh" stop "$STATE" moto-sqs || true
 	"$ROOT/tools/moto.sh" stop "$STATE" moto || true
@@ -36,6 +39,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Start them all at once: each takes a few seconds to import moto.
 "$ROOT/tools/moto.sh" start "$STATE" moto >"$STATE/ddb.out" &
 ddb=$!
 sqs_pid=""
@@ -43,9 +47,11 @@ if [[ "${MOTO_SQS:-}" != shared ]]; then
 	"$ROOT/tools/moto.sh" start "$STATE" moto-sqs >"$STATE/sqs.out" &
 	sqs_pid=$!
 fi
-# Start all at once: each takes a few seconds to import moto.
-"$ROOT/tools/moto.sh" start "$STATE" moto-soak >"$STATE/soak.out" &
-soak=$!
+soak=""
+if [[ "${MOTO_SOAK:-}" == 1 ]]; then
+	"$ROOT/tools/moto.sh" start "$STATE" moto-soak >"$STATE/soak.out" &
+	soak=$!
+fi
 wait "$ddb"
 endpoint="$(cat "$STATE/ddb.out")"
 sqs_endpoint="$endpoint"
@@ -53,11 +59,19 @@ if [[ -n "$sqs_pid" ]]; then
 	wait "$sqs_pid"
 	sqs_endpoint="$(cat "$STATE/sqs.out")"
 fi
-wait "$soak"
-export IDEM_TEST_MOTO_SOAK_ENDPOINT="$(cat "$STATE/soak.out")"
+soak_endpoint=""
+if [[ -n "$soak" ]]; then
+	wait "$soak"
+	soak_endpoint="$(cat "$STATE/soak.out")"
+	export IDEM_TEST_MOTO_SOAK_ENDPOINT="$soak_endpoint"
+fi
 export IDEM_TEST_MOTO_ENDPOINT="$endpoint" AWS_ENDPOINT_URL_DYNAMODB="$endpoint" AWS_ENDPOINT_URL_SECRETS_MANAGER="$endpoint"
 export IDEM_TEST_MOTO_SQS_ENDPOINT="$sqs_endpoint" AWS_ENDPOINT_URL_SQS="$sqs_endpoint"
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
 export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}"
-echo "with-moto: moto server at $endpoint (DynamoDB, Secrets Manager), $sqs_endpoint (SQS), $IDEM_TEST_MOTO_SOAK_ENDPOINT (the soak's DynamoDB)" >&2
+servers="$endpoint (DynamoDB, Secrets Manager), $sqs_endpoint (SQS)"
+if [[ -n "$soak_endpoint" ]]; then
+	servers="$servers, $soak_endpoint (DynamoDB for the soak)"
+fi
+echo "with-moto: moto server at $servers" >&2
 "$@"

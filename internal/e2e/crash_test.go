@@ -52,8 +52,12 @@ type commitGate struct {
 	mu      sync.Mutex
 	caught  bool
 	at      chan struct{} // closed when the commit is stopped
-	release chan struct{} // closed by the test after the kill
+	release chan struct{} // closed by open, after the kill
+	once    sync.Once
 }
+
+// open lets held requests go (once).
+func (g *commitGate) open() { g.once.Do(func() { close(g.release) }) }
 
 func newGate(t *testing.T, moto, key, action, cell string) (*commitGate, string) {
 	u, err := url.Parse(moto)
@@ -64,6 +68,9 @@ func newGate(t *testing.T, moto, key, action, cell string) (*commitGate, string)
 		at: make(chan struct{}), release: make(chan struct{})}
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
+	// Registered after Close, so it runs first: a test that fails before it
+	// releases the gate must not leave Close waiting on a held request.
+	t.Cleanup(g.open)
 	return g, srv.URL
 }
 
@@ -174,7 +181,7 @@ func crashRun(t *testing.T, action, cell string, run int) crashResult {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	close(gate.release)
+	gate.open()
 	// Redeliver until acknowledged; a redelivery inside the dead owner's
 	// lease finds IN_PROGRESS and goes back, as SQS would bring it back.
 	for attempt := 0; ; attempt++ {

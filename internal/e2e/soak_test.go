@@ -22,7 +22,10 @@ func TestSoak(t *testing.T) {
 	start(t, 1) // skips (or fails under IDEM_REQUIRE_E2E) without the emulator and moto
 	n := 300    // about 60 s under -race; IDEM_SOAK_EVENTS runs another size
 	if v := os.Getenv("IDEM_SOAK_EVENTS"); v != "" {
-		n, _ = strconv.Atoi(v)
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("IDEM_SOAK_EVENTS=%q: want a number of events", v)
+		}
 	}
 	cfg := soak.Default(n)
 	cfg.RIE, cfg.Bootstrap, cfg.Template = os.Getenv(envRIE), bootstrap, "../../template.yaml"

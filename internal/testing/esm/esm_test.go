@@ -309,6 +309,9 @@ func TestConcurrencyStaysWithinMaximum(t *testing.T) {
 	e.send("", bodies...)
 	var now, peak atomic.Int32
 	busy := make([]atomic.Bool, 4)
+	// The first invoke holds until a second one runs beside it (or 5 s
+	// pass): a runner that invoked one batch at a time would fail below.
+	together, once := make(chan struct{}), sync.Once{}
 	var invokers []esm.Invoker
 	for i := range 4 {
 		invokers = append(invokers, esm.InvokerFunc(func(context.Context, []byte) ([]byte, error) {
@@ -320,6 +323,13 @@ func TestConcurrencyStaysWithinMaximum(t *testing.T) {
 			defer now.Add(-1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 			}
+			if n >= 2 {
+				once.Do(func() { close(together) })
+			}
+			select {
+			case <-together:
+			case <-time.After(5 * time.Second):
+			}
 			time.Sleep(50 * time.Millisecond)
 			return nil, nil
 		}))
@@ -328,8 +338,8 @@ func TestConcurrencyStaysWithinMaximum(t *testing.T) {
 	_, invs := e.run(invokers, func(c *esm.Config) { c.BatchSize, c.MaximumConcurrency = 2, 3 }, func(inv esm.Invocation) bool {
 		return records.Add(int32(len(inv.Records))) >= 24
 	})
-	if p := peak.Load(); p > 3 {
-		t.Errorf("peak concurrent invokes %d; want at most MaximumConcurrency 3", p)
+	if p := peak.Load(); p > 3 || p < 2 {
+		t.Errorf("peak concurrent invokes %d; want 2 to MaximumConcurrency 3", p)
 	}
 	for _, inv := range invs {
 		if len(inv.Records) > 2 || inv.Slot > 2 {
@@ -458,8 +468,9 @@ func TestFIFOGroupsInOrderAndNeverTwiceInFlight(t *testing.T) {
 }
 
 // A runtime that cannot start (a bad configuration) makes the emulator
-// answer a bare 502; the batch must fail as a whole, never read as an
-// empty, successful response that deletes every message.
+// answer a bare 502, which rie.Invoke turns into this function error
+// (TestInvokeTurnsABare502IntoAFunctionError): the batch must fail as a
+// whole, never read as an empty, successful response.
 func TestRuntimeThatCannotStartDeletesNothing(t *testing.T) {
 	if body, whole := esm.Acknowledged([]byte(`{"errorType":"Runtime.Unavailable","errorMessage":"the emulator answered 502 with no body"}`), []string{"m1"}, true); whole == "" {
 		t.Errorf("Acknowledged(%v) deleted messages; want the whole batch failed", body)

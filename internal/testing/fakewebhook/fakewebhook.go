@@ -18,13 +18,14 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"path"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/oncely/oncely/internal/testing/faults"
 )
 
 // Reply is one scripted answer.
@@ -371,7 +372,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", retryAfter)
 	case ModeResetBefore, ModeResetAfter:
 		d.ReplyLost = d.Accepted
-		reset(w)
+		faults.ResetConn(w)
 		return
 	case ModeHang:
 		d.ReplyLost = true
@@ -429,16 +430,4 @@ func (s *Server) hang(r *http.Request) {
 	case <-r.Context().Done():
 	case <-s.closed:
 	}
-}
-
-// reset closes the sender's connection with a TCP reset, without a reply.
-func reset(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		panic(http.ErrAbortHandler)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = conn.Close()
 }

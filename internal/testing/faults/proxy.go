@@ -50,7 +50,6 @@ type Proxy struct {
 
 	srv       *http.Server
 	transport *http.Transport
-	url       string
 
 	mu       sync.Mutex
 	events   []Event
@@ -104,13 +103,9 @@ func (p *Proxy) Start() (string, error) {
 	p.transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
 	p.counts = map[Kind]int{}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	p.url = "http://" + l.Addr().String()
 	go func() { _ = p.srv.Serve(l) }()
-	return p.url, nil
+	return "http://" + l.Addr().String(), nil
 }
-
-// URL is the proxy's base URL.
-func (p *Proxy) URL() string { return p.url }
 
 // Close stops the proxy and drops its connections.
 func (p *Proxy) Close() error {
@@ -194,7 +189,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			e.Err = err.Error()
 			p.note(e)
-			reset(w)
+			ResetConn(w)
 			return
 		}
 		defer resp.Body.Close()
@@ -203,25 +198,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// The server acted; the client never learns how.
 			_, _ = io.Copy(io.Discard, resp.Body)
 			p.note(e)
-			reset(w)
+			ResetConn(w)
 			return
 		}
 		p.note(e)
-		for k, vs := range resp.Header {
-			for _, v := range vs {
-				w.Header().Add(k, v)
-			}
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		copyResponse(w, resp)
 	case Reset, Refuse:
 		p.note(e)
-		reset(w)
+		ResetConn(w)
 	default:
 		if p.Replies == nil {
 			e.Err = "no Replies for " + string(d.Kind)
 			p.note(e)
-			reset(w)
+			ResetConn(w)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -229,13 +218,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer resp.Body.Close()
 		e.Status = resp.StatusCode
 		p.note(e)
-		for k, vs := range resp.Header {
-			for _, v := range vs {
-				w.Header().Add(k, v)
-			}
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		copyResponse(w, resp)
 	}
 }
 
@@ -264,8 +247,20 @@ func (p *Proxy) forward(r *http.Request, body []byte) (*http.Response, error) {
 	return resp, err
 }
 
-// reset closes the client's connection with a TCP reset.
-func reset(w http.ResponseWriter) {
+// copyResponse writes resp to w: headers, status and body.
+func copyResponse(w http.ResponseWriter, resp *http.Response) {
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// ResetConn closes the client's connection of a handler's request with a TCP
+// reset (no reply), as a server that crashed or a middlebox would.
+func ResetConn(w http.ResponseWriter) {
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler) // closes the connection without a reply

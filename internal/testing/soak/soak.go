@@ -63,7 +63,8 @@ type StoreFaults struct {
 	LatencyMax time.Duration
 }
 
-// Config is one soak run. Zero fields take the defaults of Default.
+// Config is one soak run; start from Default. Run refuses a Config it
+// cannot run (see check).
 type Config struct {
 	Events int
 	Seed   uint64
@@ -210,48 +211,29 @@ type movedMessage struct {
 	why   string // the record's state when it was redriven
 }
 
-func (c *Config) defaults() {
-	d := Default(c.Events)
-	if c.Events <= 0 {
-		c.Events = 5000
-	}
-	if c.Template == "" {
-		c.Template = d.Template
-	}
-	if c.Scale == 0 {
-		c.Scale = d.Scale
-	}
-	if c.Env == nil {
-		c.Env = d.Env
-	}
-	if c.SendRate <= 0 {
-		c.SendRate = d.SendRate
-	}
-	if c.FIFOGroups <= 0 {
-		c.FIFOGroups = d.FIFOGroups
-	}
-	if c.LateCopy <= 0 {
-		c.LateCopy = d.LateCopy
-	}
-	if c.KillEvery[1] <= 0 {
-		c.KillEvery = d.KillEvery
-	}
-	if c.Settle <= 0 {
-		c.Settle = d.Settle
-	}
-	if c.RedriveRounds <= 0 {
-		c.RedriveRounds = d.RedriveRounds
+// check refuses what Run cannot run, naming the field.
+func (c *Config) check() error {
+	switch {
+	case c.Events <= 0:
+		return fmt.Errorf("soak: Events is %d; want at least 1", c.Events)
+	case c.Template == "" || c.Scale <= 0 || c.SendRate <= 0 || c.FIFOGroups <= 0 || c.Settle <= 0 || c.RedriveRounds <= 0:
+		return errors.New("soak: Template, Scale, SendRate, FIFOGroups, Settle and RedriveRounds must be set: start from Default")
+	case c.KillEvery[0] <= 0 || c.KillEvery[0] > c.KillEvery[1]:
+		return fmt.Errorf("soak: KillEvery is %v; want 0 < min <= max", c.KillEvery)
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	return nil
 }
 
 // Run runs one soak and returns its report. An error means the soak could
 // not run (a server missing, the template unreadable); a run whose
 // invariants broke returns a report with Violations.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	cfg.defaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	r := &run{cfg: cfg, phases: map[string]time.Time{}, killRand: rand.New(rand.NewPCG(cfg.Seed, 3))}
 	r.logf = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "soak %6.1fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
