@@ -30,6 +30,7 @@ import (
 const (
 	templatePath = "../../template.yaml"
 	makefilePath = "../../mk/sam.mk"
+	envVarsPath  = "../../env.json"
 	eventsDir    = "../../events"
 )
 
@@ -228,11 +229,14 @@ func TestTemplate(t *testing.T) {
 	})
 
 	t.Run("alarms on the function's metrics use the EMF dimension set", func(t *testing.T) {
-		found := 0
+		// Every metric an alarm watches outside AWS's namespaces is the
+		// function's: a name it writes, with exactly its dimension set, or the
+		// alarm watches a metric nobody writes and never fires.
+		watched := map[string]bool{} // MetricName + " " + Source
 		for _, alarm := range tpl.ofType("AWS::CloudWatch::Alarm") {
 			p := tpl.props(alarm)
 			var stats []*yaml.Node
-			if str(get(p, "Namespace")) != "" {
+			if get(p, "MetricName") != nil {
 				stats = append(stats, p)
 			}
 			for _, m := range items(get(p, "Metrics")) {
@@ -241,21 +245,28 @@ func TestTemplate(t *testing.T) {
 				}
 			}
 			for _, m := range stats {
-				if str(get(m, "Namespace")) != router.MetricsNamespace {
+				ns := str(get(m, "Namespace"))
+				if strings.HasPrefix(ns, "AWS/") {
 					continue
 				}
-				found++
-				if name := str(get(m, "MetricName")); !slices.Contains(router.Metrics(), name) {
+				if ns != router.MetricsNamespace {
+					t.Errorf("%s: Namespace got %q, want %q (the function's EMF namespace) or an AWS/ namespace", alarm, ns, router.MetricsNamespace)
+					continue
+				}
+				name := str(get(m, "MetricName"))
+				if !slices.Contains(router.Metrics(), name) {
 					t.Errorf("%s: MetricName got %q, want one the function writes %q", alarm, name, router.Metrics())
 				}
 				var dims []string
 				for _, d := range items(get(m, "Dimensions")) {
-					name, value := str(get(d, "Name")), get(d, "Value")
-					dims = append(dims, name)
-					switch name {
+					dname, value := str(get(d, "Name")), get(d, "Value")
+					dims = append(dims, dname)
+					switch dname {
 					case "Source":
 						if v := str(value); v != router.SourceSQS && v != router.SourceHTTP {
 							t.Errorf("%s: Source %q; want %q or %q, the values the function writes", alarm, v, router.SourceSQS, router.SourceHTTP)
+						} else {
+							watched[name+" "+v] = true
 						}
 					case "FunctionName":
 						if id, ok := ref(value); !ok || !slices.Contains(functions, id) {
@@ -269,8 +280,14 @@ func TestTemplate(t *testing.T) {
 				}
 			}
 		}
-		if found == 0 {
-			t.Errorf("got no alarm on namespace %q, want one on %s (those messages never reach a DLQ)", router.MetricsNamespace, idem.LabelRetryExhausted)
+		for _, w := range []struct{ metric, source, why string }{
+			{string(idem.LabelRetryExhausted), router.SourceSQS, "those messages are acknowledged and never reach a DLQ"},
+			{string(idem.LabelRetryExhausted), router.SourceHTTP, "those requests are answered 422 for good"},
+			{string(idem.LabelTransient), router.SourceSQS, "the standard queue's age alarm cannot see an outage's failing messages"},
+		} {
+			if !watched[w.metric+" "+w.source] {
+				t.Errorf("got no alarm on %s %s with Source=%s, want one (%s)", router.MetricsNamespace, w.metric, w.source, w.why)
+			}
 		}
 	})
 
@@ -304,13 +321,30 @@ func TestTemplate(t *testing.T) {
 				t.Errorf("%s: IDEMPOTENCY_TTL got %s, want !Sub \"${IdempotencyTtlHours}h\" (so the parameter's MinValue holds)", fn, describe(ttl))
 			}
 		}
-		for _, q := range tpl.ofType("AWS::SQS::Queue") {
-			ret := intOr(t, get(tpl.props(q), "MessageRetentionPeriod"), defaultRetention)
-			if get(tpl.props(q), "RedrivePolicy") != nil && minHours*3600 < ret {
-				t.Errorf("%s: IdempotencyTtlHours MinValue %d h is shorter than the source queue's retention %d s: a late copy would run again", q, minHours, ret)
+		// The longest a copy of a message lives, from its first enqueue: a
+		// standard queue's message keeps its enqueue time in the DLQ, so
+		// max(source, DLQ); a FIFO queue's restarts it there, so source +
+		// DLQ. Every copy must find its record.
+		for _, ev := range tpl.sqsEvents(t) {
+			q := tpl.props(ev.queue)
+			src := intOr(t, get(q, "MessageRetentionPeriod"), defaultRetention)
+			age, how := src, "the source's retention"
+			if dlq, _, ok := getAtt(get(q, "RedrivePolicy", "deadLetterTargetArn")); ok && tpl.resources[dlq] != nil {
+				dst := intOr(t, get(tpl.props(dlq), "MessageRetentionPeriod"), defaultRetention)
+				if str(get(q, "FifoQueue")) == "true" {
+					age, how = src+dst, "FIFO: source + DLQ retention, the DLQ restarts the clock"
+				} else {
+					age, how = max(src, dst), "standard: max(source, DLQ) retention, the DLQ keeps the enqueue time"
+				}
 			}
-			if defHours*3600 < ret {
-				t.Errorf("%s: IdempotencyTtlHours Default %d h is shorter than the queue's retention %d s (a redriven copy would run again)", q, defHours, ret)
+			for _, c := range []struct {
+				what  string
+				hours int
+			}{{"MinValue", minHours}, {"Default", defHours}} {
+				if c.hours*3600 < age {
+					t.Errorf("%s: IdempotencyTtlHours %s got %d h, want >= %d h, the longest a copy of a message lives (%s): an older copy would run again",
+						ev.queue, c.what, c.hours, (age+3599)/3600, how)
+				}
 			}
 		}
 	})
@@ -489,6 +523,32 @@ func TestTemplate(t *testing.T) {
 			}
 			if vars["DOWNSTREAM_URL"] == nil {
 				t.Errorf("%s: DOWNSTREAM_URL got unset, want set (the code requires it)", fn)
+			}
+		}
+	})
+
+	t.Run("env.json sets only variables the template declares", func(t *testing.T) {
+		// sam local invoke --env-vars overrides declared variables only: any
+		// other entry is silently ignored (the region and credentials too,
+		// which sam local sets itself).
+		data, err := os.ReadFile(envVarsPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env map[string]map[string]string
+		if err := json.Unmarshal(data, &env); err != nil {
+			t.Fatalf("parse %s: %v", envVarsPath, err)
+		}
+		for fn, vars := range env {
+			if !slices.Contains(functions, fn) {
+				t.Errorf("%s: got function %s, want one of %q", envVarsPath, fn, functions)
+				continue
+			}
+			declared := get(tpl.props(fn), "Environment", "Variables")
+			for name := range vars {
+				if get(declared, name) == nil && get(tpl.root, "Globals", "Function", "Environment", "Variables", name) == nil {
+					t.Errorf("%s: %s.%s is not declared in the template's Environment, want it declared or removed (sam local ignores it)", envVarsPath, fn, name)
+				}
 			}
 		}
 	})
