@@ -231,30 +231,20 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	// The same compare-and-swap as a take-over (token, status, attempts)
 	// with the release rule re-checked on the stored values: a live owner
 	// keeps its lease unless the operator forces it.
-	cond := "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s AND " +
-		"(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))"
-	attrNames := names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt, AttrLeaseUntil)
-	values := map[string]types.AttributeValue{
-		":prev_token":    str(prev.Token),
-		":prev_status":   str(string(prev.Status)),
-		":prev_attempts": n(int64(prev.Attempts)),
-		":now_s":         n(r.Now.Unix()),
-		":now_ms":        ms(r.Now),
-		":failed":        str(string(idem.StatusFailed)),
-		":in_progress":   str(string(idem.StatusInProgress)),
-	}
+	states := map[string]types.AttributeValue{":failed": str(string(idem.StatusFailed)), ":in_progress": str(string(idem.StatusInProgress))}
+	swap := swapOn(prev, r.Now)
 	if r.Force {
-		cond = "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s AND " +
-			"(#status = :failed OR #status = :in_progress)"
-		delete(attrNames, "#"+AttrLeaseUntil)
-		delete(values, ":now_ms")
+		swap = swap.and("(#status = :failed OR #status = :in_progress)", nil, states)
+	} else {
+		states[":now_ms"] = ms(r.Now)
+		swap = swap.and("(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))", []string{AttrLeaseUntil}, states)
 	}
 	_, err := a.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &a.table,
 		Item:                                item,
-		ConditionExpression:                 &cond,
-		ExpressionAttributeNames:            attrNames,
-		ExpressionAttributeValues:           values,
+		ConditionExpression:                 &swap.expr,
+		ExpressionAttributeNames:            swap.names,
+		ExpressionAttributeValues:           swap.values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
@@ -315,23 +305,17 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if f.Token != "" {
 		note[AttrToken] = str(f.Token)
 	}
+	swap := swapOn(prev, f.Now).and("(#status <> :in_progress OR #lease_until <= :now_ms)", []string{AttrLeaseUntil},
+		map[string]types.AttributeValue{":in_progress": str(string(idem.StatusInProgress)), ":now_ms": ms(f.Now)})
 	_, err := a.admin.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Delete: &types.Delete{
 			TableName: &a.table,
 			Key:       map[string]types.AttributeValue{AttrPK: str(a.pk(prev.Key))},
 			// The compare-and-swap of Release, with the forget rule: never
 			// under a live lease.
-			ConditionExpression: aws.String("#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s AND " +
-				"(#status <> :in_progress OR #lease_until <= :now_ms)"),
-			ExpressionAttributeNames: names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt, AttrLeaseUntil),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":prev_token":    str(prev.Token),
-				":prev_status":   str(string(prev.Status)),
-				":prev_attempts": n(int64(prev.Attempts)),
-				":now_s":         n(f.Now.Unix()),
-				":now_ms":        ms(f.Now),
-				":in_progress":   str(string(idem.StatusInProgress)),
-			},
+			ConditionExpression:                 &swap.expr,
+			ExpressionAttributeNames:            swap.names,
+			ExpressionAttributeValues:           swap.values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}},
 		{Put: &types.Put{TableName: &a.table, Item: note}},

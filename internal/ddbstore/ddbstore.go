@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -116,6 +117,40 @@ func names(attrs ...string) map[string]string {
 	return m
 }
 
+// condition is a condition expression with the names and values it uses.
+type condition struct {
+	expr   string
+	names  map[string]string
+	values map[string]types.AttributeValue
+}
+
+// swapOn is the compare-and-swap of every write on a record the caller has
+// read (a take-over, an operator's release or forget): the stored record
+// still has prev's token, status and attempts, and is unexpired at now.
+// Each caller adds its own rule with and, re-checked on the stored values.
+func swapOn(prev idem.Record, now time.Time) condition {
+	return condition{
+		expr:  "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s",
+		names: names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt),
+		values: map[string]types.AttributeValue{
+			":prev_token":    str(prev.Token),
+			":prev_status":   str(string(prev.Status)),
+			":prev_attempts": n(int64(prev.Attempts)),
+			":now_s":         n(now.Unix()),
+		},
+	}
+}
+
+// and returns c AND rule, with the attributes and values rule uses.
+func (c condition) and(rule string, attrs []string, values map[string]types.AttributeValue) condition {
+	c.expr += " AND " + rule
+	for _, a := range attrs {
+		c.names["#"+a] = a
+	}
+	maps.Copy(c.values, values)
+	return c
+}
+
 func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
@@ -208,27 +243,25 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 		Audit: prev.Audit,
 	}
 	item := s.item(rec)
+	swap := swapOn(prev, r.Now).and("#fingerprint = :fp AND "+
+		"((#status = :in_progress AND #lease_until <= :now_ms) OR (#status = :failed AND #retryable = :true))",
+		[]string{AttrFingerprint, AttrLeaseUntil, AttrRetryable},
+		map[string]types.AttributeValue{
+			":fp":          str(r.Fingerprint),
+			":in_progress": str(string(idem.StatusInProgress)),
+			":failed":      str(string(idem.StatusFailed)),
+			":now_ms":      ms(r.Now),
+			":true":        &types.AttributeValueMemberBOOL{Value: true},
+		})
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
 		Item:      item,
 		// The swap holds only if nobody changed the record since the engine
 		// judged it claimable (same token, status and attempts), and the
 		// claimable rule is re-checked against the stored values.
-		ConditionExpression: aws.String("#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND " +
-			"#fingerprint = :fp AND #expires_at > :now_s AND " +
-			"((#status = :in_progress AND #lease_until <= :now_ms) OR (#status = :failed AND #retryable = :true))"),
-		ExpressionAttributeNames: names(AttrStatus, AttrToken, AttrAttempts, AttrLeaseUntil, AttrExpiresAt, AttrRetryable, AttrFingerprint),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":in_progress":   str(string(idem.StatusInProgress)),
-			":failed":        str(string(idem.StatusFailed)),
-			":now_ms":        ms(r.Now),
-			":now_s":         n(r.Now.Unix()),
-			":prev_token":    str(prev.Token),
-			":prev_status":   str(string(prev.Status)),
-			":prev_attempts": n(int64(prev.Attempts)),
-			":fp":            str(r.Fingerprint),
-			":true":          &types.AttributeValueMemberBOOL{Value: true},
-		},
+		ConditionExpression:                 &swap.expr,
+		ExpressionAttributeNames:            swap.names,
+		ExpressionAttributeValues:           swap.values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {

@@ -80,13 +80,20 @@ func (p RetryPolicy) Delay(attempt int, retryAfter time.Duration, random float64
 	if attempt < 1 {
 		attempt = 1
 	}
-	d, limit := p.base(), p.max()
-	for i := 1; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
+	d := CappedExponential(p.base(), p.max(), attempt)
 	if p.Jitter > 0 {
 		d += time.Duration(float64(d) * p.Jitter * random)
 	}
 	return max(d, retryAfter), true
+}
+
+// CappedExponential is min(base·2^(n−1), limit) for n ≥ 1: the step of
+// every backoff in the product (retries within a call, and a message's
+// visibility across deliveries).
+func CappedExponential(base, limit time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
 }

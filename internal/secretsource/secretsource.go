@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,14 +198,4 @@ func (s *Source) classify(stage string, err error) error {
 	return idem.Transient(fmt.Errorf("reading secret %s: %w", s.id, err))
 }
 
-func equalKeys(a, b [][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
-}
+func equalKeys(a, b [][]byte) bool { return slices.EqualFunc(a, b, bytes.Equal) }

@@ -12,6 +12,8 @@ package sqsvisibility
 import (
 	"math"
 	"time"
+
+	"github.com/oncely/oncely/internal/idem"
 )
 
 // Defaults and limits.
@@ -91,11 +93,7 @@ func (p Policy) backoffCap(n int) time.Duration {
 	if limit <= 0 {
 		limit = DefaultMax
 	}
-	d := base
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
+	return idem.CappedExponential(base, limit, n)
 }
 
 // Range returns the shortest and longest total time a message spends
