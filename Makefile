@@ -28,8 +28,9 @@ help:
 test: fmt-check vet tools
 	$(MAKE) --no-print-directory sam-check
 	$(TEST_ENV) MOTO_SOAK=1 tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
-	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26)
-	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run TestAgainstJSONText ./internal/canonjson/
+	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26), and its
+	# allocations on worst-case bodies (measured without -race, which changes what escapes)
+	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run 'TestAgainstJSONText|TestWorstCaseBodiesAllocateLittle' ./internal/canonjson/
 
 ## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
 unit:
