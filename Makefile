@@ -100,10 +100,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/idem/ | tee $(BENCH_DIR)/engine.txt
 	$(GO) test -run '^$$' -bench BenchmarkEngineFresh -benchtime 2s -cpuprofile $(BENCH_DIR)/cpu.prof -o $(BENCH_DIR)/idem.test ./internal/idem/ > /dev/null
 	$(GO) tool pprof -top -nodecount 25 $(BENCH_DIR)/idem.test $(BENCH_DIR)/cpu.prof > $(BENCH_DIR)/profile.txt 2>/dev/null
+	$(GO) test -run '^$$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/ | tee $(BENCH_DIR)/worstcase-after.txt
+	$(GO) test -run '^$$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/ | tee $(BENCH_DIR)/worstcase-before.txt
 	CGO_ENABLED=0 $(GO) build -tags lambda.norpc,benchprofile -o $(BENCH_DIR)/bootstrap-profile ./cmd/handler
 	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) \
 		-profile-bootstrap $(BENCH_DIR)/bootstrap-profile \
-		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -out BENCHMARKS.md
+		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt \
+		-worstcase-after $(BENCH_DIR)/worstcase-after.txt -worstcase-before $(BENCH_DIR)/worstcase-before.txt -out BENCHMARKS.md
 
 ## walkthrough: the engine's seed scenarios over the in-memory store (no AWS, no tools)
 walkthrough:
