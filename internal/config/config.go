@@ -266,7 +266,7 @@ func (p *parser) url(name string) string {
 func (p *parser) statuses(name string) map[int]bool {
 	v := strings.TrimSpace(p.getenv(name))
 	if v == "" {
-		return nil // the classifier's default: 429, 502, 503, 504
+		return nil // the classifier's defaults only: 429, 502, 503, 504
 	}
 	out := map[int]bool{}
 	for _, f := range strings.Split(v, ",") {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/notify"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -63,6 +64,27 @@ func TestLoadEverything(t *testing.T) {
 	req, err := c.Keys.Request([]byte(`{"detail":{"id":"o-9"}}`))
 	if err != nil || req.Key != "evt:o-9:ship" {
 		t.Errorf("key expression not applied: %+v %v", req, err)
+	}
+}
+
+// TestTransientStatusesSettingAddsToTheDefaults: NOTIFY_TRANSIENT_STATUSES=500,
+// read and handed to notify as the handler does, leaves 429, 502, 503 and
+// 504 transient: an outage must never be stored as permanent failures.
+func TestTransientStatusesSettingAddsToTheDefaults(t *testing.T) {
+	m := base()
+	m[EnvTransientStatuses] = "500"
+	c, err := Load(env(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := notify.Classifier{Transient: c.TransientStatuses}
+	for _, status := range []int{500, 429, 502, 503, 504} {
+		if got := classes.Class(status); got != idem.ClassTransient {
+			t.Errorf("NOTIFY_TRANSIENT_STATUSES=500: %d is %v; want transient", status, got)
+		}
+	}
+	if got := classes.Class(501); got != idem.ClassPermanent {
+		t.Errorf("NOTIFY_TRANSIENT_STATUSES=500: 501 is %v; want permanent", got)
 	}
 }
 
