@@ -32,8 +32,13 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// initSecretTimeout bounds the signing secret's first read at init.
-const initSecretTimeout = 5 * time.Second
+// initSecretTimeout bounds the signing secret's first read at init, and
+// initProbeTimeout the table's probe: together well inside Lambda's 10 s
+// init limit, so that a hanging service gives a line, not an init timeout.
+const (
+	initSecretTimeout = 5 * time.Second
+	initProbeTimeout  = 2 * time.Second
+)
 
 func main() {
 	tuneRuntime(config.RuntimeSettings(os.Getenv))
@@ -44,6 +49,25 @@ func main() {
 		os.Exit(1)
 	}
 	lambda.Start(r.Invoke)
+}
+
+// probeTable reads the table once (half a read unit per cold start): a
+// missing table, a denied permission or another key schema fails the init
+// with one line naming the table and DynamoDB's error code, like every other
+// bad setting, instead of failing every message later. An outage
+// (throttling, 5xx, a timeout) only warns: it must not stop cold starts.
+func probeTable(ctx context.Context, store *ddbstore.Store, logger *slog.Logger, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := store.Probe(pctx)
+	switch {
+	case err == nil:
+		return nil
+	case idem.Classify(err) == idem.ClassPermanent:
+		return fmt.Errorf("config: %s: %w", config.EnvTable, err)
+	}
+	logger.WarnContext(ctx, "the idempotency table could not be checked at init; starting anyway", "error", err.Error(), idem.StoreAttr(err))
+	return nil
 }
 
 // tuneRuntime applies the runtime settings config chose (each zero value
@@ -76,6 +100,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	}
 	store, err := ddbstore.New(dynamodb.NewFromConfig(awsCfg), cfg.Table, cfg.Namespace)
 	if err != nil {
+		return nil, err
+	}
+	if err := probeTable(ctx, store, logger, initProbeTimeout); err != nil {
 		return nil, err
 	}
 	budget := idem.Budget{}

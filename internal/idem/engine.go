@@ -205,7 +205,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 	rec, acquired, err := e.o.Store.Reserve(sctx, res)
 	for round := 0; !acquired; round++ {
 		if err != nil {
-			out.Err = e.storeError("reserve", err)
+			out.Err = e.storeError(ctx, "reserve", req.Key, err)
 			return out
 		}
 		if round == maxReserveRounds {
@@ -242,7 +242,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 		}
 	}
 	if err != nil {
-		out.Err = e.storeError("reserve", err)
+		out.Err = e.storeError(ctx, "reserve", req.Key, err)
 		return out
 	}
 	if now := e.o.Now(); !e.o.Budget.CanStart(now, workEnd) {
@@ -432,16 +432,22 @@ func (e *Engine) writeFailed(ctx context.Context, out Outcome, op string, err er
 		out.Err = &Error{Code: CodeLeaseLost, Message: "the lease was taken over before " + op + "; the result was discarded", Retryable: true, Err: err}
 		return out
 	}
-	e.o.Logger.ErrorContext(ctx, "completion write failed", "key", out.Key, "op", op, "error", err.Error())
+	if Classify(err) != ClassPermanent { // storeError logs a refusal
+		e.o.Logger.ErrorContext(ctx, "completion write failed", "key", out.Key, "op", op, "error", err.Error(), StoreAttr(err))
+	}
 	out.Status, out.Stored = StatusInProgress, false
-	out.Err = e.storeError(op, err)
+	out.Err = e.storeError(ctx, op, out.Key, err)
 	return out
 }
 
 // storeError maps a store failure to the engine's codes. Whatever its class,
-// nothing final is known to be stored, so adapters must not acknowledge.
-func (e *Engine) storeError(op string, err error) *Error {
+// nothing final is known to be stored, so adapters must not acknowledge. A
+// refusal a retry will not fix (a missing table, a denied permission) is
+// logged at ERROR with what the store says about it (ddbstore: the table
+// and DynamoDB's error code); its label, store_refused, counts it.
+func (e *Engine) storeError(ctx context.Context, op, key string, err error) *Error {
 	if Classify(err) == ClassPermanent {
+		e.o.Logger.ErrorContext(ctx, "the store refused the call; retrying will not help", "key", key, "op", op, "error", err.Error(), StoreAttr(err))
 		return &Error{Code: CodeStoreMisconfigured, Message: op + ": " + err.Error(), Err: err}
 	}
 	return &Error{Code: CodeStoreUnavailable, Message: op + ": " + err.Error(), Retryable: true, Err: err}

@@ -315,7 +315,7 @@ func TestBadInput(t *testing.T) {
 		{"two ways", []string{"get", "evt:order-1001:refund", "--id", "x", "--action", "y"}, nil, false, opsctl.ExitUsage, "name the record one way"},
 		{"bad caller", []string{"get", "--api-key", "order-7f3a9c21", "--caller", "bob"}, nil, false, opsctl.ExitUsage, `--caller "bob"`},
 		{"unknown key", []string{"get", "evt:order-9999:refund"}, nil, false, opsctl.ExitNotFound, `no record for key "evt:order-9999:refund" in namespace "shop-notify"`},
-		{"wrong table", []string{"get", "evt:order-1001:refund", "--table", "no-such-table"}, nil, false, opsctl.ExitError, `dynamodb table "no-such-table" not found`},
+		{"wrong table", []string{"get", "evt:order-1001:refund", "--table", "no-such-table"}, nil, false, opsctl.ExitError, `dynamodb DescribeTable on table "no-such-table": ResourceNotFoundException`},
 		{"table of another schema", []string{"list", "--table", "orders"}, nil, false, opsctl.ExitError, `dynamodb table "orders" is not an oncely records table: its key is order_id HASH`},
 		{"no table", []string{"list"}, map[string]string{"IDEMPOTENCY_NAMESPACE": "x"}, false, opsctl.ExitUsage, "no table: pass --table, or set IDEMPOTENCY_TABLE"},
 		{"no namespace", []string{"list"}, map[string]string{"IDEMPOTENCY_TABLE": "t"}, false, opsctl.ExitUsage, "no namespace: pass --namespace"},
