@@ -385,10 +385,19 @@ func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, res
 }
 
 // fail records failure (released for a take-over when retryable) and
-// returns the outcome carrying it.
+// returns the outcome carrying it. The record stores the code and its fixed
+// sentence, which API callers see on every replay; the detail (the
+// message built here, the underlying error: hosts, tables, panic values,
+// the last error) goes to this attempt's log line, with the key.
 func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool) Outcome {
+	level := slog.LevelWarn
+	if retryable {
+		level = slog.LevelInfo // the next delivery runs it again
+	}
+	e.o.Logger.Log(ctx, level, "attempt failed", "key", out.Key, "code", string(failure.Code), "retryable", retryable,
+		"attempts", out.Attempts, "detail", Truncate(failure.Message, maxMessageLen))
 	failure.Retryable = retryable
-	failure.Message = Truncate(failure.Message, maxMessageLen)
+	failure.Message = Sentence(failure.Code)
 	f := e.finish(res, out.Attempts)
 	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
 	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {

@@ -229,11 +229,15 @@ func TestSeed5PermanentErrorRunsOnce(t *testing.T) {
 	if act.calls.Load() != 1 || len(out.Delays) != 0 {
 		t.Errorf("calls %d delays %v; want 1 call, no delays", act.calls.Load(), out.Delays)
 	}
-	// The redelivery replays the stored error, code and message.
+	// The redelivery replays the stored error: the code and its sentence
+	// (the detail went to the failed attempt's log line).
 	again, err := f.engine.Do(context.Background(), req(t, key, `{}`), act.run)
 	var e *idem.Error
-	if !errors.As(err, &e) || e.Code != idem.CodePermanentFailure || e.Message != "card declined" || !again.Replayed {
-		t.Fatalf("replay got %v (replayed %v); want PERMANENT_FAILURE: card declined, replayed", err, again.Replayed)
+	if !errors.As(err, &e) || e.Code != idem.CodePermanentFailure || e.Message != idem.Sentence(idem.CodePermanentFailure) || !again.Replayed {
+		t.Fatalf("replay got %v (replayed %v); want PERMANENT_FAILURE with its sentence, replayed", err, again.Replayed)
+	}
+	if !strings.Contains(f.logs.String(), `detail="card declined"`) {
+		t.Errorf("the detail is not in the attempt's log line: %s", f.logs.String())
 	}
 	if act.calls.Load() != 1 {
 		t.Errorf("replay ran the action: calls %d", act.calls.Load())
@@ -613,9 +617,9 @@ func TestTransientAfterInCallAttemptsIsReleasedOnEveryDelivery(t *testing.T) {
 		}
 		if delivery == 6 || delivery == 10 || delivery == 50 {
 			rec := get(t, f, key)
-			if rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != 3*delivery || !strings.Contains(rec.ErrorMessage, "boom") {
-				t.Errorf("after delivery %d: %s retryable %v attempts %d message %q; want FAILED, retryable, %d attempts, the last error",
-					delivery, rec.Status, rec.Retryable, rec.Attempts, rec.ErrorMessage, 3*delivery)
+			if rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != 3*delivery || rec.ErrorCode != idem.CodeTransientFailure {
+				t.Errorf("after delivery %d: %s retryable %v attempts %d code %s; want FAILED, retryable, %d attempts, TRANSIENT_FAILURE",
+					delivery, rec.Status, rec.Retryable, rec.Attempts, rec.ErrorCode, 3*delivery)
 			}
 		}
 	}

@@ -160,6 +160,8 @@ func TestGetHumanOutput(t *testing.T) {
 	if _, code := f.runCode("", "release", released.Key, "--reason", "currency bug fixed (INC-7)"); code != 0 {
 		t.Fatalf("release exit %d", code)
 	}
+	// As the function stores failures: the code and its sentence.
+	f.write("evt:order-1009:refund", now.Add(-3*time.Minute), 30*time.Second, failWith("HTTP_422", idem.Sentence("HTTP_422"), false, 1))
 	tests := []struct {
 		name string
 		args []string
@@ -171,6 +173,7 @@ func TestGetHumanOutput(t *testing.T) {
 		{"abandoned", []string{"evt:order-1006:notify"}},
 		{"exhausted", []string{"evt:order-1007:notify"}},
 		{"released", []string{"evt:order-1008:refund"}},
+		{"failed-detail-in-log", []string{"evt:order-1009:refund"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
