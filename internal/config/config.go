@@ -251,14 +251,16 @@ func (p *parser) onOff(name string) bool {
 	}
 }
 
+// url reads an http or https URL. Its error shows the value redacted to
+// scheme and host: the rest of a webhook URL is often a credential.
 func (p *parser) url(name string) string {
 	v := p.required(name)
 	if v == "" {
 		return v
 	}
 	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.fail(name, "an http or https URL", v)
+	if (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") && p.err == nil {
+		p.err = fmt.Errorf("config: %s: want an http or https URL, got %s (user info, path and query not shown)", name, notify.RedactURL(v))
 	}
 	return v
 }

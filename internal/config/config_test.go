@@ -88,6 +88,34 @@ func TestTransientStatusesSettingAddsToTheDefaults(t *testing.T) {
 	}
 }
 
+// TestDownstreamURLIsRedactedInErrors: an invalid DOWNSTREAM_URL's init
+// error shows its scheme and host only, never its user info, path, query
+// or fragment (a webhook URL's credentials).
+func TestDownstreamURLIsRedactedInErrors(t *testing.T) {
+	secrets := []string{"deploy", "hunter2", "s3cr3t", "tok3n", "fr4g"}
+	for _, tt := range []struct{ url, shows string }{
+		{"ftp://deploy:hunter2@hooks.example:8443/s3cr3t?token=tok3n#fr4g", "got ftp://hooks.example:8443 "},
+		{"https://deploy:hunter2@hooks.example/s3cr3t%zz?token=tok3n#fr4g", "not a URL"}, // a bad escape: url.Parse fails
+		{"hooks.example/s3cr3t?token=tok3n&user=deploy:hunter2#fr4g", "not a URL"},       // no scheme
+		{"https:///s3cr3t?token=tok3n&u=deploy:hunter2#fr4g", "not a URL"},               // no host
+		{"javascript:deploy:hunter2@hooks.example/s3cr3t?tok3n#fr4g", "not a URL"},       // opaque
+		{"HTTP s://deploy:hunter2@hooks.example/s3cr3t?token=tok3n#fr4g", "not a URL"},   // a space in the scheme
+	} {
+		m := base()
+		m[EnvDownstreamURL] = tt.url
+		_, err := Load(env(m))
+		if err == nil || !strings.Contains(err.Error(), "config: DOWNSTREAM_URL: want an http or https URL") || !strings.Contains(err.Error(), tt.shows) {
+			t.Errorf("%s: %v; want the variable named and %q", tt.url, err, tt.shows)
+			continue
+		}
+		for _, s := range secrets {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("%s: the error %q shows %q", tt.url, err, s)
+			}
+		}
+	}
+}
+
 func TestLoadErrorsNameTheVariable(t *testing.T) {
 	tests := []struct {
 		name, key, value, want string
