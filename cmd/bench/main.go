@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,50 +193,23 @@ func engineFigures(path string) ([]figure, error) {
 	if path == "" {
 		return nil, errors.New("-gobench is required")
 	}
-	f, err := os.Open(path)
+	samples, _, err := readGoBench(path)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	type sample struct{ ns, bytes, allocs []float64 }
-	samples := map[string]*sample{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 8 || !strings.HasPrefix(fields[0], "Benchmark") {
-			continue
-		}
-		name := strings.Split(fields[0], "-")[0]
-		s := samples[name]
-		if s == nil {
-			s = &sample{}
-			samples[name] = s
-		}
-		for i := 2; i+1 < len(fields); i += 2 {
-			v, _ := strconv.ParseFloat(fields[i], 64)
-			switch fields[i+1] {
-			case "ns/op":
-				s.ns = append(s.ns, v)
-			case "B/op":
-				s.bytes = append(s.bytes, v)
-			case "allocs/op":
-				s.allocs = append(s.allocs, v)
-			}
-		}
 	}
 	var figs []figure
 	for _, name := range []string{"BenchmarkEngineFresh", "BenchmarkEngineReplay"} {
 		s := samples[name]
-		if s == nil || len(s.ns) == 0 {
+		if len(s["ns/op"]) == 0 {
 			return nil, fmt.Errorf("%s not found in %s", name, path)
 		}
-		how := fmt.Sprintf("go test -bench -benchmem, %d runs, median (min–max)", len(s.ns))
-		ns := stats(s.ns)
-		al := stats(s.allocs)
+		how := fmt.Sprintf("go test -bench -benchmem, %d runs, median (min–max)", len(s["ns/op"]))
+		ns := stats(s["ns/op"])
+		al := stats(s["allocs/op"])
 		label := strings.TrimPrefix(name, "BenchmarkEngine")
 		figs = append(figs,
 			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": time", fmt.Sprintf("%.1f µs (%.1f–%.1f)", ns.med/1000, ns.min/1000, ns.max/1000), "≤ 20 µs", verdict(ns.med <= 20000), how},
-			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": allocations", fmt.Sprintf("%.0f allocs, %.0f B", al.med, stats(s.bytes).med), "≤ 50 allocs", verdict(al.med <= 50), how},
+			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": allocations", fmt.Sprintf("%.0f allocs, %.0f B", al.med, stats(s["B/op"]).med), "≤ 50 allocs", verdict(al.med <= 50), how},
 		)
 	}
 	return figs, nil

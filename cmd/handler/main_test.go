@@ -10,10 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/faults"
@@ -34,14 +30,7 @@ func TestProbeTable(t *testing.T) {
 	_, ep := ddblocal.Minidyn(t)
 	plain, _ := ddblocal.Client(ddblocal.Config(ep, nil))
 	table := ddblocal.NewTable(t, plain)
-	other := "keyed-by-id"
-	if _, err := plain.CreateTable(context.Background(), &dynamodb.CreateTableInput{
-		TableName: &other, BillingMode: types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	other := ddblocal.NewTableKeyedBy(t, plain, "keyed-by-id", "id")
 	faulty := func(k faults.Kind) http.RoundTripper {
 		return &faults.Transport{Decide: func(*http.Request) faults.Kind { return k }, Replies: ddblocal.Replies}
 	}

@@ -610,14 +610,7 @@ func TestProbe(t *testing.T) {
 	}
 	_, ep := ddblocal.Minidyn(t)
 	client, _ := ddblocal.Client(ddblocal.Config(ep, nil))
-	other := "keyed-by-id"
-	if _, err := client.CreateTable(context.Background(), &dynamodb.CreateTableInput{
-		TableName: &other, BillingMode: types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	other := ddblocal.NewTableKeyedBy(t, client, "keyed-by-id", "id")
 	for _, tt := range []struct {
 		table, code string
 	}{{"no-such-table", "ResourceNotFoundException"}, {other, "ValidationException"}} {
