@@ -509,7 +509,7 @@ func (s *sink) rune(r rune) {
 }
 
 func (s *sink) bytes(b []byte) {
-	if s.w == nil {
+	if s.w == nil || len(s.buf)+len(b) <= cap(s.buf) {
 		s.buf = append(s.buf, b...)
 		return
 	}
