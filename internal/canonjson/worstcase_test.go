@@ -42,7 +42,7 @@ func repeated(open, close string, size int, item func(i int) string) string {
 var shapes = []shape{
 	{name: "deep arrays around a long string (1,000 levels)", body: func(n int) string { return around(MaxDepth, "[", "]", n) }},
 	{name: "deep objects around a long string (1,000 levels)", body: func(n int) string { return around(MaxDepth, `{"a":`, "}", n) }},
-	{name: "deep arrays around a long string (5,000 levels, refused)", deep: true, body: func(n int) string { return around(5*MaxDepth, "[", "]", n) }},
+	{name: "deep objects around a long string (5,000 levels, refused)", deep: true, body: func(n int) string { return around(5*MaxDepth, `{"a":`, "}", n) }},
 	{name: "wide object (distinct names)", body: func(n int) string {
 		return repeated("{", "}", n, func(i int) string { return fmt.Sprintf(`"k%07d":%d`, (i*7919)%10_000_000, i) })
 	}},
