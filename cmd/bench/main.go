@@ -644,6 +644,9 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile, boot
 	}
 	if missed {
 		fmt.Fprintf(&md, "\n## Targets missed\n\nEvery row marked MISSED above is a target this run did not meet on this machine.\n\n%s\n", missedNotes)
+		if slices.ContainsFunc(figs, func(f figure) bool { return f.section == worstSection && f.verdict == "MISSED" }) {
+			fmt.Fprintf(&md, "\n%s\n", worstMissedNotes)
+		}
 	}
 	if bootProfile != "" {
 		fmt.Fprintf(&md, "\n### Where the bootstrap's CPU goes (fresh events; a bootstrap built with `-tags benchprofile`, `go tool pprof -top -cum`)\n\n```\n%s```\n", bootProfile)
