@@ -1,6 +1,8 @@
 // Command handler is the Lambda function: one bootstrap binary serving SQS
-// batches and API Gateway HTTP API requests. It only wires the pieces:
-// configuration, the DynamoDB store, the engine, the action, lambda.Start.
+// batches and API Gateway HTTP API requests. The template deploys it twice,
+// as the queue function and the API function, each with its own settings.
+// It only wires the pieces: configuration, the DynamoDB store, the engine,
+// the action, lambda.Start.
 package main
 
 import (

@@ -181,23 +181,27 @@ func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 func (s *Source) reload(ctx context.Context) (bool, error) {
 	keys, ignored, err := s.readLive(ctx)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.counts.Ignored += len(ignored)
+	reread := s.keys != nil
+	changed := false
+	switch {
+	case err != nil && reread:
+		// A re-read: the keys already read stay in use.
+		s.counts.RefreshFailed++
+	case err == nil:
+		changed = !equalKeys(s.keys, keys)
+		s.keys, s.readAt = keys, s.now()
+	}
+	s.mu.Unlock()
+	// Logged outside the lock: deliveries wait on it.
 	for _, ig := range ignored {
-		s.counts.Ignored++
 		s.log.WarnContext(ctx, "signing secret version ignored: it is not a valid key; deliveries are signed with the valid versions only",
 			"secret", s.id, "stage", ig.stage, "error", ig.err.Error())
 	}
-	if err != nil {
-		if s.keys != nil {
-			// A re-read: the keys already read stay in use.
-			s.counts.RefreshFailed++
-			s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
-		}
-		return false, err
+	if err != nil && reread {
+		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
 	}
-	changed := !equalKeys(s.keys, keys)
-	s.keys, s.readAt = keys, s.now()
-	return changed, nil
+	return changed, err
 }
 
 type ignoredVersion struct {
