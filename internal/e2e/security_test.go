@@ -221,7 +221,7 @@ func TestE2EPlainHTTPDownstreamWarnsOnce(t *testing.T) {
 	}
 }
 
-// rotation is the documented procedure (README, "Security"): these lines
+// rotation is the documented procedure (docs/security.md): these lines
 // must appear in the docs as they are, and the test below performs each
 // with the SDK, in order, against moto's Secrets Manager.
 var rotation = []string{
