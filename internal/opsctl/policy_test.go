@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/opsctl"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 )
@@ -76,6 +78,26 @@ func TestCommandsStayWithinTheirPolicy(t *testing.T) {
 					t.Errorf("%v calls %s (%s); its policy allows %q", c.args, op, a, c.allowed)
 				}
 			}
+		}
+	}
+}
+
+// --caller names every scope the API keys by, so an operator finds an API
+// caller's record: the key oncelyctl looks up is the one the function stored.
+func TestCallerNamesEveryScope(t *testing.T) {
+	f := minidynFixture(t)
+	for caller, scope := range map[string]string{
+		"anonymous":                     "anonymous",
+		"jwt:user-1":                    "jwt:user-1",
+		`jwt@"https://other.example":u`: httpapi.JWTScope("https://other.example", "u", ""),
+		"iam:arn:aws:sts::111122223333:assumed-role/Publisher/i-1": "iam:arn:aws:sts::111122223333:assumed-role/Publisher",
+		"cognito:us-east-1:pool/us-east-1:id":                      httpapi.CognitoScope("us-east-1:pool", "us-east-1:id"),
+		"lambda:tenant-9":                                          "lambda:tenant-9",
+	} {
+		_, stderr, code := f.run("", "get", "--api-key", "order-7f3a9c21", "--caller", caller)
+		want := httpapi.ScopedKey(scope, "order-7f3a9c21")
+		if code != opsctl.ExitNotFound || !strings.Contains(stderr, want) {
+			t.Errorf("--caller %s: exit %d, %q; want not found for %s", caller, code, stderr, want)
 		}
 	}
 }
