@@ -449,11 +449,30 @@ type e2eRun struct {
 }
 
 func runEndToEnd(ctx context.Context, moto, rieBin, boot, url string, total int) (e2eRun, error) {
-	table, err := newTable(ctx, moto, "bench-e2e")
+	return runFunction(ctx, moto, rieBin, oncely(moto, boot), url, total)
+}
+
+// function is a bootstrap to measure: oncely's, or a peer's.
+type function struct {
+	name, boot string
+	// pid finds the runtime's process under the emulator.
+	pid func(*rie.Emulator) int
+	// table creates a fresh table of the function's shape.
+	table func(ctx context.Context) (string, error)
+	env   []string
+}
+
+func oncely(moto, boot string) function {
+	return function{name: "oncely", boot: boot, pid: (*rie.Emulator).RuntimePID,
+		table: func(ctx context.Context) (string, error) { return newTable(ctx, moto, "bench-e2e") }}
+}
+
+func runFunction(ctx context.Context, moto, rieBin string, fn function, url string, total int) (e2eRun, error) {
+	table, err := fn.table(ctx)
 	if err != nil {
 		return e2eRun{}, err
 	}
-	emu, err := startFunction(ctx, moto, rieBin, boot, table, url)
+	emu, err := startFunction(ctx, moto, rieBin, fn.boot, table, url, fn.env...)
 	if err != nil {
 		return e2eRun{}, err
 	}
@@ -462,7 +481,7 @@ func runEndToEnd(ctx context.Context, moto, rieBin, boot, url string, total int)
 	if err := invokeOK(ctx, emu, sqsPayload(-10, 10)); err != nil {
 		return e2eRun{}, err
 	}
-	pid := emu.RuntimePID()
+	pid := fn.pid(emu)
 	cpu0, _ := cpuSeconds(pid)
 	start := time.Now()
 	for i := 0; i < total; i += 10 {
@@ -479,7 +498,7 @@ func runEndToEnd(ctx context.Context, moto, rieBin, boot, url string, total int)
 	}
 	cpu2, _ := cpuSeconds(pid)
 	peak, _ := peakRSS(pid)
-	if pid != emu.RuntimePID() {
+	if pid == 0 || pid != fn.pid(emu) {
 		return e2eRun{}, errors.New("the runtime restarted during the run")
 	}
 	return e2eRun{
@@ -525,11 +544,11 @@ func endToEnd(ctx context.Context, moto, rieBin, boot string, total, runs int) (
 // coldStarts times the first invoke of n fresh emulators running boot, each
 // replaying one event already stored in table (the first start, which
 // stores it, is not counted).
-func coldStarts(ctx context.Context, moto, rieBin, boot, table, url string, n int) ([]float64, error) {
+func coldStarts(ctx context.Context, moto, rieBin, boot, table, url string, n int, env ...string) ([]float64, error) {
 	var firsts []float64
 	payload := sqsPayload(0, 1)
 	for i := range n + 1 {
-		emu, err := startFunction(ctx, moto, rieBin, boot, table, url)
+		emu, err := startFunction(ctx, moto, rieBin, boot, table, url, env...)
 		if err != nil {
 			return nil, err
 		}
