@@ -90,6 +90,8 @@ soak:
 	tools/with-moto.sh $(GO) run ./cmd/soak -events $(SOAK_EVENTS) -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -out RELIABILITY.md
 
 BENCH_DIR := $(TOOLS)/bench
+# Events per end-to-end run of make bench, bench-ab and bench-peer.
+BENCH_EVENTS ?= 2000
 
 ## bench: measure what an event costs; prints a table and writes BENCHMARKS.md
 bench:
@@ -102,7 +104,7 @@ bench:
 	CGO_ENABLED=0 $(GO) build -tags lambda.norpc,benchprofile -o $(BENCH_DIR)/bootstrap-profile ./cmd/handler
 	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) \
 		-profile-bootstrap $(BENCH_DIR)/bootstrap-profile \
-		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -out BENCHMARKS.md
+		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -events $(BENCH_EVENTS) -out BENCHMARKS.md
 
 # The commit whose bootstrap bench-ab compares against: by default where
 # this branch left main.
@@ -116,7 +118,7 @@ bench-ab:
 	rm -rf $(BENCH_DIR)/base && mkdir -p $(BENCH_DIR)/base
 	git archive $(BENCH_BASE) | tar -x -C $(BENCH_DIR)/base
 	cd $(BENCH_DIR)/base && CGO_ENABLED=0 $(GO) build -tags lambda.norpc -o $(BENCH_DIR)/base-bootstrap ./cmd/handler
-	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -baseline $(BENCH_DIR)/base-bootstrap -runs $(BENCH_RUNS) -out BENCHMARKS.md
+	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -baseline $(BENCH_DIR)/base-bootstrap -runs $(BENCH_RUNS) -events $(BENCH_EVENTS) -out BENCHMARKS.md
 
 PEER_DIR := tools/peer
 
@@ -128,7 +130,7 @@ $(PEER_DIR)/node_modules/.installed: $(PEER_DIR)/package.json $(PEER_DIR)/packag
 bench-peer:
 	$(MAKE) --no-print-directory -j3 $(VENV_MOTO)/.installed $(RIE) $(PEER_DIR)/node_modules/.installed
 	$(MAKE) --no-print-directory host-bootstrap
-	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -peer $(PEER_DIR) -runs $(BENCH_RUNS) -out BENCHMARKS.md
+	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -peer $(PEER_DIR) -runs $(BENCH_RUNS) -events $(BENCH_EVENTS) -out BENCHMARKS.md
 
 ## walkthrough: the engine's seed scenarios over the in-memory store (no AWS, no tools)
 walkthrough:
