@@ -118,7 +118,7 @@ bench-ab:
 	rm -rf $(BENCH_DIR)/base && mkdir -p $(BENCH_DIR)/base
 	git archive $(BENCH_BASE) | tar -x -C $(BENCH_DIR)/base
 	cd $(BENCH_DIR)/base && CGO_ENABLED=0 $(GO) build -tags lambda.norpc -o $(BENCH_DIR)/base-bootstrap ./cmd/handler
-	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -baseline $(BENCH_DIR)/base-bootstrap -runs $(BENCH_RUNS) -events $(BENCH_EVENTS) -out BENCHMARKS.md
+	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -baseline $(BENCH_DIR)/base-bootstrap -baseline-name $(BENCH_BASE) -runs $(BENCH_RUNS) -events $(BENCH_EVENTS) -out BENCHMARKS.md
 
 PEER_DIR := tools/peer
 

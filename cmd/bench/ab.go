@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +12,7 @@ import (
 // abCompare runs sections 4 and 5 for two bootstraps under the same bench,
 // alternating (new, old, then old, new, ...), so that a load change on a
 // shared machine hits both, and writes the per-run figures.
-func abCompare(ctx context.Context, moto, rieBin, boot, baseline string, total, runs, starts int, out string) error {
+func abCompare(ctx context.Context, moto, rieBin, boot, baseline, baselineName string, total, runs, starts int, out string) error {
 	down, url, stop, err := serveDownstream()
 	if err != nil {
 		return err
@@ -56,9 +57,10 @@ func abCompare(ctx context.Context, moto, rieBin, boot, baseline string, total, 
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Interleaved A/B: this bootstrap against a baseline\n\n")
+	fmt.Fprintf(&b, "Rerun with `make bench-ab BENCH_BASE=%s BENCH_RUNS=%d BENCH_EVENTS=%d` (it builds the baseline's bootstrap from `git archive` of that commit).\n\n", cmpOr(baselineName, "<commit>"), runs, total)
 	fmt.Fprintf(&b, "- Measured: %s, on the same shared 2-core machine (other engineers' tests were running: figures are noisy, which is why the runs alternate).\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "- Each round runs section 4 (%d fresh events in batches of 10, then the same events again as replays, CPU from /proc/<pid>/stat) and %d cold starts of section 5 for each bootstrap, alternating which goes first.\n", total, max(starts/runs, 2))
-	fmt.Fprintf(&b, "- Baseline: `%s`; new: `%s`.\n\n", baseline, boot)
+	fmt.Fprintf(&b, "- Baseline: the bootstrap of %s; new: this tree's.\n\n", cmpOr(baselineName, "`"+baseline+"`"))
 	fmt.Fprintf(&b, "| round | bootstrap | CPU per fresh event | CPU per replayed event | peak RSS | events/s |\n|---|---|---|---|---|---|\n")
 	for i := range runs {
 		for _, sd := range sides {
@@ -78,3 +80,5 @@ func abCompare(ctx context.Context, moto, rieBin, boot, baseline string, total, 
 	fmt.Print(b.String())
 	return writeSection(out, sectionAB, b.String())
 }
+
+func cmpOr(a, b string) string { return cmp.Or(a, b) }

@@ -58,6 +58,7 @@ func main() {
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
 	capacityOnly := flag.Bool("capacity-only", false, "print section 0 (capacity per outcome) and exit")
 	baseline := flag.String("baseline", "", "another bootstrap (built from an earlier commit): run the interleaved A/B of sections 4 and 5 against it, write its section of -out, and exit")
+	baselineName := flag.String("baseline-name", "", "what -baseline was built from (a commit), for the report")
 	peerDir := flag.String("peer", "", "directory of the Powertools (TypeScript) peer function (tools/peer, npm ci done): run the peer comparison, write its section of -out, and exit")
 	flag.Parse()
 	moto := os.Getenv(ddblocal.EnvMoto)
@@ -72,7 +73,7 @@ func main() {
 		fmt.Print(table)
 		return
 	case *baseline != "":
-		fail(abCompare(ctx, moto, *rieBin, *boot, *baseline, *events, *runs, *starts, *out))
+		fail(abCompare(ctx, moto, *rieBin, *boot, *baseline, *baselineName, *events, *runs, *starts, *out))
 		return
 	case *peerDir != "":
 		fail(peerCompare(ctx, moto, *rieBin, *boot, *peerDir, *events, *runs, *starts, *out))
