@@ -688,7 +688,7 @@ allocations and 0.3-0.7 KB of the ~34 KB, and no CPU difference shows above that
 process CPU per call, client and local server together): the SDK rebuilds its middleware stack on every call,
 copying its options into each middleware, clones the request for signing and retries, and decodes JSON through
 a generic document, and no option turns that off. The interleaved A/B section below says what these options and
-the smaller records, change end to end. The profiles of both paths below show what is left: the SDK's per-call
+the smaller records change end to end. The profiles of both paths below show what is left: the SDK's per-call
 stack and SigV4 signing, the JSON (de)serialization of items, and the round trips' syscalls.
 
 Not done, because it is not cheap: replacing the SDK's DynamoDB client with a hand-written one
