@@ -840,4 +840,9 @@ unit per started 4 KB; the item a failed condition returns (ALL_OLD) is free. Th
 (a sparse GSI projecting every attribute) costs one write when an item enters or leaves it, two
 when its index key changes, one when an indexed item changes; its entry is taken to weigh what
 the item weighs. Sizes in the table are "before → after" for writes (0: no item). On DynamoDB a
-transaction (the ledger action, not measured here) costs twice these units.`
+transaction (the ledger action, not measured here) costs twice these units.
+
+Before issue 22 a JSON result was encoded twice, with HTML escapes, and notify kept the first 256 bytes of the
+reply for SQS events too: with the 256-byte reply above, a completed record weighed 1,088 bytes (SQS) and 1,098
+bytes (API), with the 4 KB reply 1,140 and 1,148 bytes (` + "`TestTypicalEventFitsOneWriteUnit`" + ` run on the previous
+encoding), so the completion and every replay's reservation cost 2 write units instead of 1.`
