@@ -265,7 +265,8 @@ func stats(v []float64) summary {
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	return summary{med: s[len(s)/2], min: s[0], max: s[len(s)-1]}
+	// Of an even count, the mean of the two middle values.
+	return summary{med: (s[(len(s)-1)/2] + s[len(s)/2]) / 2, min: s[0], max: s[len(s)-1]}
 }
 
 // --- 3. Batch latency against store round-trip time ---
