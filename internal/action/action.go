@@ -110,13 +110,13 @@ func Encode(r Result) []byte {
 }
 
 // embeddable reports whether body can be stored verbatim under "json":
-// one JSON value without surrounding whitespace (which a JSON decoder
-// would not hand back).
+// one JSON value, in UTF-8 (the envelope stays text), without surrounding
+// whitespace (which a JSON decoder would not hand back).
 func embeddable(body []byte) bool {
 	if len(body) == 0 || isSpace(body[0]) || isSpace(body[len(body)-1]) {
 		return false
 	}
-	return json.Valid(body)
+	return utf8.Valid(body) && json.Valid(body)
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -7,12 +7,14 @@ import (
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	for name, r := range map[string]Result{
-		"json":         {Status: 201, Body: []byte(" {\"a\" : 1}\n")},
-		"empty":        {Body: []byte{}},
-		"binary":       {Status: 200, ContentType: "application/octet-stream", Body: []byte{0, 0xff, 0xfe}},
-		"falsy":        {Body: []byte("0")},
-		"default 200":  {Body: []byte("null")},
-		"unicode text": {ContentType: "text/plain", Body: []byte("héllo \u2028")},
+		"json, spaced":    {Status: 201, Body: []byte(" {\"a\" : 1}\n")},
+		"empty":           {Body: []byte{}},
+		"binary":          {Status: 200, ContentType: "application/octet-stream", Body: []byte{0, 0xff, 0xfe}},
+		"falsy":           {Body: []byte("0")},
+		"default 200":     {Body: []byte("null")},
+		"unicode text":    {ContentType: "text/plain", Body: []byte("héllo \u2028")},
+		"json":            {Body: []byte(`{"a":[1,2.50,"<&>"],"b":"\u00e9"}`)},
+		"json, not UTF-8": {Body: []byte("{\"a\":\"\xff\"}")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := Decode(Encode(r))
