@@ -729,7 +729,7 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	fmt.Fprintf(&md, "# Benchmarks\n\nRegenerate with `make bench` (it installs moto and the emulator, builds the bootstrap, and runs `go run ./cmd/bench`).\n\n")
 	fmt.Fprintf(&md, "- Measured: %s\n- Machine: %s, %d cores (%s), %s/%s, %s\n", time.Now().UTC().Format(time.RFC3339), cpu, runtime.NumCPU(), host, runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n\n")
-	fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n%s\n", capacityNotes, x.capacity)
+	fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
 	fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
 	fmt.Fprintf(&md, "## Figures\n\n| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
