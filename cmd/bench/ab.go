@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -59,6 +60,7 @@ func abCompare(ctx context.Context, moto, rieBin, boot, baseline, baselineName s
 	fmt.Fprintf(&b, "## Interleaved A/B: this bootstrap against a baseline\n\n")
 	fmt.Fprintf(&b, "Rerun with `make bench-ab BENCH_BASE=%s BENCH_RUNS=%d BENCH_EVENTS=%d` (it builds the baseline's bootstrap from `git archive` of that commit).\n\n", cmp.Or(baselineName, "<commit>"), runs, total)
 	fmt.Fprintf(&b, "- Measured: %s, on the same shared 2-core machine (other engineers' tests were running: figures are noisy, which is why the runs alternate).\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "- Load average (1 min) at the start and the end: %s and %s, on %d cores.\n", startLoad, loadAverage(), runtime.NumCPU())
 	fmt.Fprintf(&b, "- Each round runs section 4 (%d fresh events in batches of 10, then the same events again as replays, CPU from /proc/<pid>/stat) and %d cold starts of section 5 for each bootstrap, alternating which goes first.\n", total, max(starts/runs, 2))
 	fmt.Fprintf(&b, "- Baseline: the bootstrap of %s; new: this tree's.\n\n", cmp.Or(baselineName, "`"+baseline+"`"))
 	fmt.Fprintf(&b, "| round | bootstrap | CPU per fresh event | CPU per replayed event | peak RSS | events/s |\n|---|---|---|---|---|---|\n")
@@ -80,4 +82,3 @@ func abCompare(ctx context.Context, moto, rieBin, boot, baseline, baselineName s
 	fmt.Print(b.String())
 	return writeSection(out, sectionAB, b.String())
 }
-

@@ -105,6 +105,22 @@ func main() {
 	fail(report(os.Stdout, *out, figs, *goBench, *profile, x))
 }
 
+// startLoad is the load average when the bench started.
+var startLoad = loadAverage()
+
+// loadAverage is the 1-minute load average, from /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
+}
+
 func fail(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -728,7 +744,8 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Benchmarks\n\nRegenerate with `make bench` (it installs moto and the emulator, builds the bootstrap, and runs `go run ./cmd/bench`).\n\n")
 	fmt.Fprintf(&md, "- Measured: %s\n- Machine: %s, %d cores (%s), %s/%s, %s\n", time.Now().UTC().Format(time.RFC3339), cpu, runtime.NumCPU(), host, runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n\n")
+	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n")
+	fmt.Fprintf(&md, "- Load average (1 min) when the run started and ended: %s and %s, on %d cores: above the core count, every wall-clock figure (sections 2, 3, 5) is inflated, and CPU figures less so.\n\n", startLoad, loadAverage(), runtime.NumCPU())
 	fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
 	fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
 	fmt.Fprintf(&md, "## Figures\n\n| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")

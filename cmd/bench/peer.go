@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -128,6 +129,7 @@ func peerCompare(ctx context.Context, moto, rieBin, boot, dir string, total, run
 	fmt.Fprintf(&b, "## Peer comparison: Powertools for AWS Lambda (TypeScript)\n\n")
 	fmt.Fprintf(&b, "Rerun with `make bench-peer` (needs Node.js and npm; not part of `make test`).\n\n")
 	fmt.Fprintf(&b, "- Measured: %s, on the same shared 2-core machine (other engineers' tests were running: figures are noisy, which is why the runs alternate).\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "- Load average (1 min) at the start and the end: %s and %s, on %d cores.\n", startLoad, loadAverage(), runtime.NumCPU())
 	fmt.Fprintf(&b, "- Peer: `tools/peer/handler.mjs`, Node %s, %s (exact versions from `tools/peer/package-lock.json`, installed by `npm ci`).\n", strings.TrimSpace(string(nodeVersion)), versions)
 	fmt.Fprintf(&b, "- Both functions get the same SQS batches of 10 (%d fresh events per run, then the same events again as replays), one invoke at a time, from the same harness, under aws-lambda-rie, against the same moto, delivering to the same webhook receiver (unsigned for both; each event delivered exactly once per run, checked). CPU from /proc/<pid>/stat of the runtime process (the bootstrap; node for the peer); peak memory is its VmHWM; cold start is the first invoke of a fresh runtime, replaying one stored event (%d per round each).\n", total, perRound)
 	fmt.Fprintf(&b, "- The peer runs under `tools/peer/runtime.mjs`, a minimal Runtime API client (AWS's `aws-lambda-ric` needs Node 22 and a native build that did not finish here); the managed Node.js runtime adds its own client and bootstrap, so the peer's cold start and memory here are a lower bound.\n\n")
