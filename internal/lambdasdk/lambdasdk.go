@@ -16,11 +16,13 @@
 //     they resolve exactly as without the cache.
 //   - Account-id endpoints off (AccountIDEndpointMode disabled). With
 //     "preferred", the default, the SDK routes to <account>.ddb.<region>
-//     when the credentials carry an account id. A Lambda's credentials
-//     (environment variables) carry none, so the function already uses the
-//     regional endpoint; disabling the mode makes that explicit and skips
-//     the account-id rules on every call. The regional endpoint is the one
-//     DynamoDB documents for every API, FIPS and dual-stack included.
+//     when the credentials carry an account id. A Lambda's credentials come
+//     from its reserved environment variables, which carry none (the SDK
+//     would read AWS_ACCOUNT_ID, which Lambda does not set), so the function
+//     already uses the regional endpoint; disabling the mode keeps it so
+//     whatever the environment says and skips the account-id rules on every
+//     call. The regional endpoint is the one DynamoDB documents for every
+//     API, FIPS and dual-stack included.
 //   - No client-side retry quota (ratelimit.None). The standard retryer's
 //     token bucket takes a lock on every call to refund tokens, and, once
 //     many calls failed, refuses retries process-wide. A function's calls
