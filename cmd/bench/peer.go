@@ -127,7 +127,7 @@ func peerCompare(ctx context.Context, moto, rieBin, boot, dir string, total, run
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Peer comparison: Powertools for AWS Lambda (TypeScript)\n\n")
-	fmt.Fprintf(&b, "Rerun with `make bench-peer` (needs Node.js and npm; not part of `make test`).\n\n")
+	fmt.Fprintf(&b, "Rerun with `make bench-peer BENCH_RUNS=%d BENCH_EVENTS=%d` (needs Node.js and npm; not part of `make test`).\n\n", runs, total)
 	fmt.Fprintf(&b, "- Measured: %s, on the same shared 2-core machine (other engineers' tests were running: figures are noisy, which is why the runs alternate).\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "- Load average (1 min) at the start and the end: %s and %s, on %d cores.\n", startLoad, loadAverage(), runtime.NumCPU())
 	fmt.Fprintf(&b, "- Peer: `tools/peer/handler.mjs`, Node %s, %s (exact versions from `tools/peer/package-lock.json`, installed by `npm ci`).\n", strings.TrimSpace(string(nodeVersion)), versions)
