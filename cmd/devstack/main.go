@@ -9,7 +9,7 @@
 // everything at Ctrl-C.
 //
 // Its other commands drive the stack from another terminal, so that the
-// README's walkthrough needs nothing but what the project builds:
+// walkthrough in docs/operating.md needs nothing but what the project builds:
 //
 //	devstack invoke FILE          send an event (an SQS batch) to the function; print its answer
 //	devstack rules JSON | clear   set or clear the fake downstream's rules
@@ -182,7 +182,7 @@ In another terminal:
   source %s
   oncelyctl config
 
-Then follow the Operating walkthrough (docs). Ctrl-C stops everything.
+Then follow the walkthrough in docs/operating.md. Ctrl-C stops everything.
 `, moto, cfg.Table, cfg.Namespace, functionURL, logPath, webhook, envPath)
 	<-ctx.Done()
 	fmt.Fprintln(w, "\nstopping: the emulator and the function, the fake downstream, then moto")
