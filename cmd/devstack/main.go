@@ -156,6 +156,9 @@ func run(ctx context.Context, w io.Writer, getenv func(string) string, o options
 	// request it answers without a store call, so that an init failure
 	// (a secret it cannot read) stops the stack with the function's words.
 	if answer, err := emu.Invoke(ctx, []byte(warmUp)); err != nil || isFunctionError(answer) {
+		// The emulator may answer before it has written what the runtime
+		// said: stop it, which waits for its output, then show the log.
+		emu.Stop()
 		fmt.Fprintf(w, "\nThe function failed to start (%s). Its log (%s):\n%s", strings.TrimSpace(string(answer)), logPath, emu.Log())
 		if err != nil {
 			return err

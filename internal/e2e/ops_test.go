@@ -16,13 +16,16 @@ import (
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
-// oncelyctl is the operator's tool, built from cmd/oncelyctl by TestMain.
-var oncelyctl string
+// oncelyctl is the operator's tool and devstack the local stack, built
+// from cmd/ by TestMain into one directory (the stack's -bin).
+var oncelyctl, devstack string
 
 func buildOncelyctl(dir string) error {
-	oncelyctl = filepath.Join(dir, "oncelyctl")
-	if out, err := exec.Command("go", "build", "-o", oncelyctl, "github.com/oncely/oncely/cmd/oncelyctl").CombinedOutput(); err != nil {
-		return fmt.Errorf("build oncelyctl: %w\n%s", err, out)
+	oncelyctl, devstack = filepath.Join(dir, "oncelyctl"), filepath.Join(dir, "devstack")
+	for _, b := range []struct{ out, pkg string }{{oncelyctl, "cmd/oncelyctl"}, {devstack, "cmd/devstack"}} {
+		if out, err := exec.Command("go", "build", "-o", b.out, "github.com/oncely/oncely/"+b.pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", b.pkg, err, out)
+		}
 	}
 	return nil
 }
