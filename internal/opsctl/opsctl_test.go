@@ -220,7 +220,11 @@ func TestListAndStatsHumanOutput(t *testing.T) {
 		{"list-page", []string{"list", "--limit", "2"}},
 		{"list-poison", []string{"list", "--poison"}},
 		{"list-in-progress", []string{"list", "--status", "in_progress"}},
+		{"list-abandoned", []string{"list", "--status", "abandoned"}},
+		{"list-running", []string{"list", "--status", "running"}},
+		{"list-permanent", []string{"list", "--status", "permanent"}},
 		{"stats", []string{"stats"}},
+		{"stats-scan", []string{"stats", "--scan"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
