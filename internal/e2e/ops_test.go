@@ -92,7 +92,7 @@ func TestE2EOperatorReleasesPermanentFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code = f.ctl(listing, "release", "--stdin", "--reason", "refund bug fixed (INC-7)")
-	if code != 0 || strings.Count(out, "released  ") != 2 || !strings.Contains(out, "re-send: 2 releases are of permanent failures of SQS events") {
+	if code != 0 || strings.Count(out, "released  ") != 2 || !strings.Contains(out, "re-send: 2 released records were permanent failures of SQS events") {
 		t.Fatalf("release: exit %d, output:\n%s%s\nwant 2 released, and the reminder that their messages must be sent again", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "by=arn:aws:sts::123456789012:user/moto") {

@@ -191,7 +191,7 @@ func TestE2EOperatingWalkthrough(t *testing.T) {
 		t.Errorf("the outage's event: the downstream answered %v, want 503s, then one 202", got)
 	}
 	for _, want := range []string{
-		`re-send: 3 releases are of permanent failures of SQS events`,
+		`re-send: 3 released records were permanent failures of SQS events`,
 		`evt:order-1004:notify +KEY_REUSED`,
 		`would forget +evt:order-1004:notify +was SUCCEEDED, 1 attempt; its next delivery runs the action AGAIN`,
 		`payload +the body's fingerprint matches the stored one`,

@@ -813,9 +813,11 @@ func (r *runner) printResults(out ResultsView) error {
 	if reruns > 0 {
 		fmt.Fprintf(w, "%s SUCCEEDED: the next delivery of each runs its action again (--rerun-succeeded)\n", plural(reruns, "record was", "records were"))
 	}
-	if resend > 0 {
-		fmt.Fprintf(w, "re-send: %s permanent failures of SQS events: their messages were acknowledged and have left the queue, so each runs again only when its event is sent again (by its producer, or by you with the same body)\n",
-			plural(resend, "release is of", "releases are of"))
+	switch {
+	case resend == 1:
+		fmt.Fprintln(w, "re-send: 1 released record was a permanent failure of an SQS event: its message was acknowledged and has left the queue, so it runs again only when its event is sent again (by its producer, or by you with the same body)")
+	case resend > 1:
+		fmt.Fprintf(w, "re-send: %d released records were permanent failures of SQS events: their messages were acknowledged and have left the queue, so each runs again only when its event is sent again (by its producer, or by you with the same body)\n", resend)
 	}
 	if out.DryRun {
 		fmt.Fprintln(w, "dry run: nothing written")

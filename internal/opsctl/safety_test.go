@@ -392,8 +392,12 @@ func TestReleaseRemindsToResend(t *testing.T) {
 	f2 := minidynFixture(t)
 	f2.seedIncident()
 	text, _, _ := f2.run("", "release", "--reason", "fixed", "evt:order-1001:refund", "evt:order-1002:refund", "evt:order-1004:notify")
-	if !strings.Contains(text, "re-send: 2 releases are of permanent failures of SQS events: their messages were acknowledged and have left the queue") {
+	if !strings.Contains(text, "re-send: 2 released records were permanent failures of SQS events: their messages were acknowledged and have left the queue") {
 		t.Errorf("release output lacks the re-send reminder for the 2 permanent failures:\n%s", text)
+	}
+	text, _, _ = f2.run("", "release", "--reason", "fixed", "evt:order-1007:notify")
+	if !strings.Contains(text, "re-send: 1 released record was a permanent failure of an SQS event: its message was acknowledged and has left the queue") {
+		t.Errorf("release output lacks the re-send reminder for the exhausted record:\n%s", text)
 	}
 }
 
