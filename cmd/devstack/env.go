@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -76,9 +77,20 @@ func functionEnv(getenv func(string) string, file map[string]string, webhook str
 			ignored = append(ignored, name)
 		}
 	}
+	// Deliveries go to the fake downstream, whatever URL (or secret
+	// holding one) the operator gave; a URL may hold a credential, so only
+	// its scheme and host are printed.
 	down := setting{Name: config.EnvDownstreamURL, Value: webhook, Source: fromFake}
+	var unused []string
 	if prev, ok := vals[config.EnvDownstreamURL]; ok && prev.Value != webhook {
-		down.Note = fmt.Sprintf("%s from %s is not used", prev.Value, prev.Source)
+		unused = append(unused, fmt.Sprintf("%s from %s", schemeAndHost(prev.Value), prev.Source))
+	}
+	if prev, ok := vals[config.EnvDownstreamURLSecret]; ok {
+		unused = append(unused, fmt.Sprintf("%s %s from %s", prev.Name, prev.Value, prev.Source))
+		delete(vals, config.EnvDownstreamURLSecret)
+	}
+	if len(unused) > 0 {
+		down.Note = strings.Join(unused, " and ") + " not used"
 	}
 	vals[config.EnvDownstreamURL] = down
 	for _, name := range known {
@@ -87,6 +99,15 @@ func functionEnv(getenv func(string) string, file map[string]string, webhook str
 		}
 	}
 	return settings, ignored
+}
+
+// schemeAndHost is a URL as it may be printed.
+func schemeAndHost(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "a value that is not a URL"
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // environ turns settings into NAME=value entries.
@@ -111,8 +132,10 @@ func lookup(settings []setting, extra map[string]string) func(string) string {
 }
 
 // readEnvFile reads the function's variables from path: SAM's env.json
-// shape ({"NotifyFunction": {"NAME": "value", ...}}, the file `sam local
-// invoke --env-vars` takes), or lines of NAME=value (blank lines and #
+// shape (the file `sam local invoke --env-vars` takes: "Parameters" for
+// every function, overridden by the stack's function's own entry,
+// QueueFunction, or NotifyFunction in files of the one-function template,
+// or the file's only entry), or lines of NAME=value (blank lines and #
 // comments skipped, an "export " prefix and quotes around the value
 // allowed), as a shell would source them.
 func readEnvFile(path string) (map[string]string, error) {
@@ -123,26 +146,31 @@ func readEnvFile(path string) (map[string]string, error) {
 	if trimmed := strings.TrimSpace(string(data)); strings.HasPrefix(trimmed, "{") {
 		var byFunction map[string]map[string]any
 		if err := json.Unmarshal(data, &byFunction); err != nil {
-			return nil, fmt.Errorf("%s: not SAM's env.json shape ({\"NotifyFunction\": {\"NAME\": \"value\"}}): %v", path, err)
+			return nil, fmt.Errorf("%s: not SAM's env.json shape ({\"QueueFunction\": {\"NAME\": \"value\"}}): %v", path, err)
 		}
-		vars, ok := byFunction["NotifyFunction"]
-		if !ok && len(byFunction) == 1 {
-			for _, v := range byFunction {
-				vars = v
+		var entries []string
+		for _, name := range []string{"Parameters", "QueueFunction", "NotifyFunction"} {
+			if _, ok := byFunction[name]; ok {
+				entries = append(entries, name)
 			}
 		}
-		if vars == nil {
-			return nil, fmt.Errorf("%s: no NotifyFunction entry (it has %s)", path, strings.Join(slices.Sorted(maps.Keys(byFunction)), ", "))
+		if len(entries) == 0 && len(byFunction) == 1 {
+			entries = slices.Collect(maps.Keys(byFunction))
+		}
+		if len(entries) == 0 {
+			return nil, fmt.Errorf("%s: no Parameters or QueueFunction entry (it has %s)", path, strings.Join(slices.Sorted(maps.Keys(byFunction)), ", "))
 		}
 		out := map[string]string{}
-		for name, v := range vars {
-			switch v := v.(type) {
-			case string:
-				out[name] = v
-			case float64, bool:
-				out[name] = fmt.Sprint(v)
-			default:
-				return nil, fmt.Errorf("%s: %s is %T; want a string", path, name, v)
+		for _, entry := range entries {
+			for name, v := range byFunction[entry] {
+				switch v := v.(type) {
+				case string:
+					out[name] = v
+				case float64, bool:
+					out[name] = fmt.Sprint(v)
+				default:
+					return nil, fmt.Errorf("%s: %s.%s is %T; want a string", path, entry, name, v)
+				}
 			}
 		}
 		return out, nil

@@ -52,7 +52,7 @@ import (
 
 // functionName is the stack's AWS_LAMBDA_FUNCTION_NAME (the namespace's
 // default, were IDEMPOTENCY_NAMESPACE unset).
-const functionName = "oncely-NotifyFunction"
+const functionName = "oncely-QueueFunction"
 
 // invokePath is the emulator's invoke path under $ONCELY_FUNCTION.
 const invokePath = "/2015-03-31/functions/function/invocations"

@@ -26,13 +26,14 @@ func TestFunctionEnvPassesTheFunctionsVariables(t *testing.T) {
 	env := map[string]string{
 		"IDEMPOTENCY_TTL":          "48h",
 		"IDEMPOTENCY_LEASE":        "20s",
-		"IDEMPOTENCY_MAX_ATTEMPTS": "3", // retired: passed on, for the function to refuse
-		"DOWNSTREAM_URL":           "https://hooks.example.com/x",
-		"HOME":                     "/root", // not the function's: never passed
+		"IDEMPOTENCY_MAX_ATTEMPTS": "3",                                        // retired: passed on, for the function to refuse
+		"DOWNSTREAM_URL":           "https://hooks.example.com/x?token=s3cret", // printed as scheme and host only
+		"HOME":                     "/root",                                    // not the function's: never passed
 	}
 	file := map[string]string{
 		"IDEMPOTENCY_LEASE":         "30s",
-		"NOTIFY_TIMEOUT":            "", // env.json's way of leaving a variable unset
+		"NOTIFY_TIMEOUT":            "",          // env.json's way of leaving a variable unset
+		"DOWNSTREAM_URL_SECRET":     "hooks-url", // the fake downstream replaces it too
 		"AWS_ENDPOINT_URL_DYNAMODB": "http://moto:5000",
 	}
 	got, ignored := functionEnv(getenv(env), file, "http://127.0.0.1:9/webhook")
@@ -43,7 +44,8 @@ func TestFunctionEnvPassesTheFunctionsVariables(t *testing.T) {
 		{Name: "IDEMPOTENCY_LEASE", Value: "30s", Source: fromFile},
 		{Name: "IDEMPOTENCY_KEY_JMESPATH", Value: "['evt', id, action]", Source: fromStack},
 		{Name: "SQS_BACKOFF", Value: "off", Source: fromStack},
-		{Name: "DOWNSTREAM_URL", Value: "http://127.0.0.1:9/webhook", Source: fromFake, Note: "https://hooks.example.com/x from your environment is not used"},
+		{Name: "DOWNSTREAM_URL", Value: "http://127.0.0.1:9/webhook", Source: fromFake,
+			Note: "https://hooks.example.com from your environment and DOWNSTREAM_URL_SECRET hooks-url from the env file not used"},
 		{Name: "WEBHOOK_SIGNING", Value: "off", Source: fromStack},
 		{Name: "IDEMPOTENCY_MAX_ATTEMPTS", Value: "3", Source: fromEnv},
 	}
@@ -69,8 +71,8 @@ func TestReadEnvFile(t *testing.T) {
 		t.Errorf("readEnvFile(dotenv) = %v, %v; want %v", got, err, want)
 	}
 	sam, err := readEnvFile("../../env.json")
-	if err != nil || sam["IDEMPOTENCY_TTL"] != "432h" || sam["WEBHOOK_SECRET"] != "" {
-		t.Errorf("readEnvFile(env.json) = %v, %v; want the NotifyFunction entry", sam, err)
+	if err != nil || sam["IDEMPOTENCY_TTL"] != "432h" || sam["SQS_BACKOFF_BASE"] != "30s" || sam["NOTIFY_TIMEOUT"] != "5s" {
+		t.Errorf("readEnvFile(env.json) = %v, %v; want Parameters overridden by QueueFunction (not ApiFunction)", sam, err)
 	}
 	bad := filepath.Join(dir, "bad.env")
 	if err := os.WriteFile(bad, []byte("IDEMPOTENCY_TTL 48h\n"), 0o644); err != nil {
