@@ -102,7 +102,7 @@ var Codes = []Code{
 	CodeTransientFailure, CodeLeaseLost, CodePanic, CodeResultTooLarge, CodeStoreUnavailable, CodeStoreMisconfigured,
 	CodeDeadline, CodeEffectConditionFailed, CodeInvalidEffects, CodeReleased, CodeOutcomeUnknown,
 	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeFIFOGroupStopped, CodeCorruptRecord,
-	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType,
+	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeNoIdentity,
 }
 
 // PoisonReasons are the codes a poison note may carry: why a message could
