@@ -1,8 +1,10 @@
-// Package secretsource reads the webhook signing secret from AWS Secrets
-// Manager and keeps it fresh, so that a rotation needs no redeploy. It reads
-// the AWSCURRENT version and, during a rotation, the AWSPENDING one: both
-// are live, and deliveries are signed with each (receivers verify with
-// whichever they hold).
+// Package secretsource reads secrets from AWS Secrets Manager and keeps
+// them fresh, so that a rotation needs no redeploy. [Source] holds the
+// webhook signing secret: it reads the AWSCURRENT version and, during a
+// rotation, the AWSPENDING one: both are live, and deliveries are signed
+// with each (receivers verify with whichever they hold). [Document] holds
+// one secret's AWSCURRENT value parsed into a Go value (the inbound
+// webhook sources). Both share one refresh rule (see Source.Keys).
 //
 // It is a driver: it classifies errors and never retries (the SDK does),
 // and no error, log line or value it returns ever holds the secret.
@@ -14,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -50,24 +51,17 @@ type API interface {
 
 // Source holds the live keys of one secret. It is safe for concurrent use.
 type Source struct {
-	api     API
-	id      string
-	refresh time.Duration
-	now     func() time.Time
-
-	mu         sync.Mutex
-	keys       [][]byte
-	readAt     time.Time
-	refreshing bool
+	api   API
+	id    string
+	cache cache[[][]byte]
 }
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
 // refresh (zero means DefaultRefresh). Call Load before use.
 func New(api API, id string, refresh time.Duration) *Source {
-	if refresh <= 0 {
-		refresh = DefaultRefresh
-	}
-	return &Source{api: api, id: id, refresh: refresh, now: time.Now}
+	s := &Source{api: api, id: id}
+	s.cache = newCache(refresh, s.readKeys)
+	return s
 }
 
 // Load reads the keys now. Use it at init: its error says what is wrong
@@ -83,43 +77,7 @@ func (s *Source) Load(ctx context.Context) error {
 // own, while every other caller goes on with the keys already read: an
 // outage or a hang of Secrets Manager never stops deliveries. A failed
 // re-read is tried again after 30 s.
-func (s *Source) Keys(ctx context.Context) ([][]byte, error) {
-	s.mu.Lock()
-	keys, stale := s.keys, s.now().Sub(s.readAt) >= s.refresh
-	refresh := stale && !s.refreshing && keys != nil
-	if refresh {
-		s.refreshing = true
-	}
-	s.mu.Unlock()
-	if keys == nil {
-		// Never read (Load was not called, or failed): read now.
-		if _, err := s.reload(ctx); err != nil {
-			return nil, err
-		}
-		return s.current(), nil
-	}
-	if refresh {
-		// Within the delivery's own deadline too: a slow refresh must not
-		// push the request it signs past its time.
-		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
-		_, err := s.reload(rctx)
-		cancel()
-		s.mu.Lock()
-		s.refreshing = false
-		if err != nil {
-			// Keep the keys; try again in a while, not on every delivery.
-			s.readAt = s.now().Add(retryFailedRefresh - s.refresh)
-		}
-		s.mu.Unlock()
-	}
-	return s.current(), nil
-}
-
-func (s *Source) current() [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keys
-}
+func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.get(ctx) }
 
 // Reload reads the keys again now (the caller does this when a receiver
 // refuses a signature) and reports whether they differ from the keys held
@@ -135,9 +93,18 @@ func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 }
 
 func (s *Source) reload(ctx context.Context) (bool, error) {
-	current, err := s.read(ctx, "AWSCURRENT")
+	prev, keys, err := s.cache.reload(ctx)
 	if err != nil {
 		return false, err
+	}
+	return !equalKeys(prev, keys), nil
+}
+
+// readKeys reads the current key and, during a rotation, the pending one.
+func (s *Source) readKeys(ctx context.Context) ([][]byte, error) {
+	current, err := s.read(ctx, "AWSCURRENT")
+	if err != nil {
+		return nil, err
 	}
 	keys := [][]byte{current}
 	pending, err := s.read(ctx, "AWSPENDING")
@@ -145,26 +112,31 @@ func (s *Source) reload(ctx context.Context) (bool, error) {
 	case err == nil && !bytes.Equal(pending, current):
 		keys = append(keys, pending)
 	case err != nil && !isNotFound(err):
-		return false, err
+		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	changed := !equalKeys(s.keys, keys)
-	s.keys, s.readAt = keys, s.now()
-	return changed, nil
+	return keys, nil
 }
 
 // read returns the decoded key of one version stage.
 func (s *Source) read(ctx context.Context, stage string) ([]byte, error) {
-	out, err := s.api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(s.id), VersionStage: aws.String(stage)})
+	value, err := readStage(ctx, s.api, s.id, stage)
 	if err != nil {
-		return nil, s.classify(stage, err)
+		return nil, err
 	}
-	key, err := webhooksig.DecodeSecret(aws.ToString(out.SecretString))
+	key, err := webhooksig.DecodeSecret(value)
 	if err != nil {
 		return nil, idem.Permanent(fmt.Errorf("secret %s (%s): %w", s.id, stage, err))
 	}
 	return key, nil
+}
+
+// readStage returns the SecretString of one version stage of secret id.
+func readStage(ctx context.Context, api API, id, stage string) (string, error) {
+	out, err := api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id), VersionStage: aws.String(stage)})
+	if err != nil {
+		return "", classify(id, stage, err)
+	}
+	return aws.ToString(out.SecretString), nil
 }
 
 type notFound struct{ error }
@@ -178,24 +150,24 @@ func isNotFound(err error) bool {
 
 // classify names the secret and, for a denial, the permission; it never
 // repeats the SDK's message body, which could echo request content.
-func (s *Source) classify(stage string, err error) error {
+func classify(id, stage string, err error) error {
 	if _, ok := errors.AsType[*types.ResourceNotFoundException](err); ok {
-		return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", s.id, stage))}
+		return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", id, stage))}
 	}
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
 		case "AccessDeniedException":
-			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", s.id, RequiredIAMActions()[0], api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", id, RequiredIAMActions()[0], api.ErrorCode()))
 		case "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException":
-			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", s.id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", id, api.ErrorCode()))
 		case "DecryptionFailure":
-			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", s.id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", id, api.ErrorCode()))
 		}
 		if api.ErrorFault() == smithy.FaultClient {
-			return idem.Permanent(fmt.Errorf("secret %s: %s", s.id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("secret %s: %s", id, api.ErrorCode()))
 		}
 	}
-	return idem.Transient(fmt.Errorf("reading secret %s: %w", s.id, err))
+	return idem.Transient(fmt.Errorf("reading secret %s: %w", id, err))
 }
 
 func equalKeys(a, b [][]byte) bool { return slices.EqualFunc(a, b, bytes.Equal) }
