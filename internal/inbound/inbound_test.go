@@ -19,19 +19,19 @@ import (
 // Secrets as the senders show them. The second of each pair is a rotation's
 // new secret.
 var (
-	swKey1, swKey2    = []byte("0123456789abcdef01234567"), []byte("76543210fedcba9876543210XYZ")
-	swSecret1         = "whsec_" + base64.StdEncoding.EncodeToString(swKey1)
-	swSecret2         = "whsec_" + base64.RawStdEncoding.EncodeToString(swKey2) // unpadded, as some senders write it
-	stripeSecret1     = "whsec_stripeSecretNumberOne1234567890"
-	stripeSecret2     = "whsec_stripeSecretNumberTwo0987654321"
-	githubSecret1     = webhooksender.GitHubTestVector.Secret
-	githubSecret2     = "another-github-secret-0123456789"
-	now               = time.Unix(1_780_000_000, 0)
-	swBody            = []byte(`{"type":"invoice.paid","data":{"id":"inv_1","amount":4200}}`)
-	stripeBody        = []byte(`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","api_version":"2024-06-20","created":1780000000,"data":{"object":{"id":"pi_1","amount":4200}},"livemode":false,"pending_webhooks":1,"request":{"id":null,"idempotency_key":null},"type":"payment_intent.succeeded"}`)
-	githubBody        = []byte(`{"zen":"Keep it logically awesome.","hook_id":12345678}`)
-	githubDeliveryID  = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
-	sourcesJSON       = `{"acme":{"scheme":"standard-webhooks","secrets":["` + swSecret1 + `","` + swSecret2 + `"]},` +
+	swKey1, swKey2   = []byte("0123456789abcdef01234567"), []byte("76543210fedcba9876543210XYZ")
+	swSecret1        = "whsec_" + base64.StdEncoding.EncodeToString(swKey1)
+	swSecret2        = "whsec_" + base64.RawStdEncoding.EncodeToString(swKey2) // unpadded, as some senders write it
+	stripeSecret1    = "whsec_stripeSecretNumberOne1234567890"
+	stripeSecret2    = "whsec_stripeSecretNumberTwo0987654321"
+	githubSecret1    = webhooksender.GitHubTestVector.Secret
+	githubSecret2    = "another-github-secret-0123456789"
+	now              = time.Unix(1_780_000_000, 0)
+	swBody           = []byte(`{"type":"invoice.paid","data":{"id":"inv_1","amount":4200}}`)
+	stripeBody       = []byte(`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","api_version":"2024-06-20","created":1780000000,"data":{"object":{"id":"pi_1","amount":4200}},"livemode":false,"pending_webhooks":1,"request":{"id":null,"idempotency_key":null},"type":"payment_intent.succeeded"}`)
+	githubBody       = []byte(`{"zen":"Keep it logically awesome.","hook_id":12345678}`)
+	githubDeliveryID = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+	sourcesJSON      = `{"acme":{"scheme":"standard-webhooks","secrets":["` + swSecret1 + `","` + swSecret2 + `"]},` +
 		`"stripe":{"scheme":"stripe","secrets":["` + stripeSecret1 + `","` + stripeSecret2 + `"]},` +
 		`"github":{"scheme":"github","secrets":["` + githubSecret1 + `","` + githubSecret2 + `"]}}`
 	allSecretValues = []string{swSecret1, swSecret2, stripeSecret1, stripeSecret2, githubSecret1, githubSecret2,

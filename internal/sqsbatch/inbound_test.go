@@ -82,9 +82,9 @@ func TestInboundDuplicatesCollapse(t *testing.T) {
 	}
 	_, later, err := f.h.Handle(context.Background(), batch(false,
 		rec{id: "m4", body: envelope("acme", inbound.StandardWebhooks, "msg_1", ` {"n":1} `)}, // the sender's retry, re-signed
-		rec{id: "m5", body: envelope("pay", inbound.Stripe, "evt_1", stripeEvent("1"))},      // Stripe's retry: one endpoint fewer pending
-		rec{id: "m6", body: envelope("acme", inbound.StandardWebhooks, "msg_1", `{"n":2}`)},  // the id reused with another body
-		rec{id: "m7", body: envelope("other", inbound.StandardWebhooks, "msg_1", `{"n":1}`)}, // another source's msg_1
+		rec{id: "m5", body: envelope("pay", inbound.Stripe, "evt_1", stripeEvent("1"))},       // Stripe's retry: one endpoint fewer pending
+		rec{id: "m6", body: envelope("acme", inbound.StandardWebhooks, "msg_1", `{"n":2}`)},   // the id reused with another body
+		rec{id: "m7", body: envelope("other", inbound.StandardWebhooks, "msg_1", `{"n":1}`)},  // another source's msg_1
 	))
 	if err != nil {
 		t.Fatal(err)
