@@ -24,15 +24,18 @@ import (
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/sqssend"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// initSecretTimeout bounds the signing secret's first read at init.
+// initSecretTimeout bounds the first reads of the secrets at init (the
+// signing secret, the inbound sources), together.
 const initSecretTimeout = 5 * time.Second
 
 func main() {
@@ -83,6 +86,12 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Bounded well inside Lambda's 10 s init limit, so that a hanging
+	// Secrets Manager gives a line naming the secret, not an init timeout.
+	initCtx, cancelInit := context.WithTimeout(ctx, initSecretTimeout)
+	defer cancelInit()
+	secrets := secretsmanager.NewFromConfig(awsCfg)
+	sqsClient := sqs.NewFromConfig(awsCfg)
 	var act action.Func
 	var notifier *notify.Notifier
 	switch cfg.Action {
@@ -93,13 +102,8 @@ func wire(ctx context.Context) (*router.Router, error) {
 		if !cfg.Signing.Off {
 			// Read the signing secret now: a missing secret or permission fails
 			// the init with one line, instead of every delivery later.
-			keys := secretsource.New(secretsmanager.NewFromConfig(awsCfg), cfg.Signing.Secret, cfg.Signing.Refresh)
-			// Bounded well inside Lambda's 10 s init limit, so that a hanging
-			// Secrets Manager gives this line, not an init timeout.
-			lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
-			err := keys.Load(lctx)
-			cancel()
-			if err != nil {
+			keys := secretsource.New(secrets, cfg.Signing.Secret, cfg.Signing.Refresh)
+			if err := keys.Load(initCtx); err != nil {
 				return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
 			}
 			notifier.Signer = keys
@@ -108,7 +112,11 @@ func wire(ctx context.Context) (*router.Router, error) {
 	}
 	var visibility sqsvisibility.Changer
 	if !cfg.QueueBackoff.Off {
-		visibility = sqsvisibility.New(sqs.NewFromConfig(awsCfg))
+		visibility = sqsvisibility.New(sqsClient)
+	}
+	webhooks, err := receiving(initCtx, cfg.Inbound, secrets, sqsClient, logger)
+	if err != nil {
+		return nil, err
 	}
 	sqsHandler, err := sqsbatch.New(sqsbatch.Options{
 		Engine: engine, Poison: store, Action: act, Keys: cfg.Keys,
@@ -119,7 +127,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, Webhooks: webhooks, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -136,4 +144,26 @@ func wire(ctx context.Context) (*router.Router, error) {
 			}
 		},
 	}, nil
+}
+
+// receiving wires the receiving route POST /webhooks/{source}, or returns
+// nil when it is off. The sources are read now: a missing secret, a missing
+// permission or a value that does not parse fails the init with one line.
+func receiving(ctx context.Context, in config.Inbound, secrets *secretsmanager.Client, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, error) {
+	if !in.On {
+		return nil, nil
+	}
+	sources := secretsource.NewDocument(secrets, in.Secret, in.Refresh, inbound.ParseSources)
+	sources.OnRefreshError(func(err error) {
+		logger.Warn("inbound webhook sources not re-read; the last good ones stay in use", "error", err.Error())
+	})
+	if err := sources.Load(ctx); err != nil {
+		return nil, fmt.Errorf("config: %s: %w", config.EnvInboundSources, err)
+	}
+	if s, _ := sources.Get(ctx); len(s.Names()) == 0 {
+		logger.Warn("inbound webhooks are on, but the sources secret lists no source: every delivery is answered 404 until it does", "secret", in.Secret)
+	} else {
+		logger.Info("inbound webhook sources", "sources", s.Names())
+	}
+	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, nil
 }

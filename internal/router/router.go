@@ -29,18 +29,24 @@ import (
 const MetricsNamespace = "oncely"
 
 // The Source dimension's values: the template's alarms name them, so they
-// are the one list (a test checks the alarms against it).
+// are the one list (a test checks the alarms against it). SourceWebhook is
+// the receiving route POST /webhooks/{source}: its deliveries are counted
+// apart from POST /events requests, by their own outcomes.
 const (
-	SourceSQS  = "sqs"
-	SourceHTTP = "http"
+	SourceSQS     = "sqs"
+	SourceHTTP    = "http"
+	SourceWebhook = "webhook"
 )
+
+// Sources lists the Source dimension's values.
+var Sources = []string{SourceSQS, SourceHTTP, SourceWebhook}
 
 // MetricVisibilityFailed counts SQS visibility changes that failed (the
 // message then returns at the queue's own visibility timeout).
 const MetricVisibilityFailed = "visibility_change_failed"
 
-// Metrics are the count metrics of every document: one per label, and
-// MetricVisibilityFailed.
+// Metrics are the count metrics of the SQS and HTTP documents: one per
+// label, and MetricVisibilityFailed.
 func Metrics() []string {
 	names := make([]string, 0, len(idem.Labels)+1)
 	for _, l := range idem.Labels {
@@ -49,8 +55,34 @@ func Metrics() []string {
 	return append(names, MetricVisibilityFailed)
 }
 
-// metricNames is Metrics, built once: every invocation writes them.
-var metricNames = Metrics()
+// WebhookMetrics are the count metrics of the webhook documents: one per
+// outcome of the receiving route.
+func WebhookMetrics() []string {
+	names := make([]string, 0, len(httpapi.WebhookOutcomes))
+	for _, o := range httpapi.WebhookOutcomes {
+		names = append(names, string(o))
+	}
+	return names
+}
+
+// MetricsFor returns the count metrics a document with this Source holds
+// (nil for a value the function never writes).
+func MetricsFor(source string) []string {
+	switch source {
+	case SourceSQS, SourceHTTP:
+		return Metrics()
+	case SourceWebhook:
+		return WebhookMetrics()
+	}
+	return nil
+}
+
+// metricNames and webhookMetricNames are built once: every invocation
+// writes one of them.
+var (
+	metricNames        = Metrics()
+	webhookMetricNames = WebhookMetrics()
+)
 
 // Router dispatches invocations.
 type Router struct {
@@ -135,15 +167,24 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 			return nil, fmt.Errorf("API Gateway v2 event: %w", err)
 		}
 		resp, res := r.HTTP.Handle(ctx, req)
-		counts.Add(string(res.Label))
+		if res.Webhook != "" {
+			source = SourceWebhook
+			counts.Add(string(res.Webhook))
+		} else {
+			counts.Add(string(res.Label))
+		}
 		result = resp
 	default:
 		return nil, fmt.Errorf("unsupported event: want an SQS event (an object with Records from aws:sqs) or an API Gateway HTTP API payload 2.0 request (an object with requestContext.http); got %s", describe(payload))
 	}
 	if r.Metrics != nil {
+		names := metricNames
+		if source == SourceWebhook {
+			names = webhookMetricNames
+		}
 		doc := emf.Document{
 			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
-			Names: metricNames, Counts: &counts, Duration: now().Sub(start), At: now(),
+			Names: names, Counts: &counts, Duration: now().Sub(start), At: now(),
 		}
 		if err := emf.Write(r.Metrics, doc); err != nil {
 			r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())
