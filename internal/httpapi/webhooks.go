@@ -140,7 +140,9 @@ func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPReques
 	}
 	// Every refusal names the source and the delivery id (as claimed when
 	// not verified): an operator can match it with the sender's own log.
-	h.o.Logger.Log(ctx, level, "webhook", "requestId", req.RequestContext.RequestID, "source", clip(d.source, 64),
+	// (Lambda's log handler adds its own requestId: API Gateway's is
+	// apiRequestId here.)
+	h.o.Logger.Log(ctx, level, "webhook", "apiRequestId", req.RequestContext.RequestID, "source", clip(d.source, 64),
 		"delivery_id", clip(d.id, 128), "verified", d.verified, "outcome", string(outcome), "code", string(d.code),
 		"status", resp.StatusCode, "key", d.key, "queued_message_id", d.messageID, "error", d.err,
 		"duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
