@@ -19,10 +19,12 @@ import (
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/emf"
+	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
+	"github.com/oncely/oncely/internal/sqssend"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/samtemplate"
 )
@@ -168,63 +170,9 @@ func TestTemplate(t *testing.T) {
 	})
 
 	t.Run("IAM grants exactly the actions the code calls, on its resources only", func(t *testing.T) {
-		// Each resource, and exactly the actions its driver lists.
-		sources := map[string]bool{}
-		for _, ev := range tpl.sqsEvents(t) {
-			sources[ev.queue] = true
-		}
-		want := map[string][]string{table: slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))}
-		for q := range sources {
-			want[q] = slices.Sorted(slices.Values(sqsvisibility.RequiredIAMActions()))
-		}
-		want["LedgerTable"] = slices.Sorted(slices.Values(ledger.RequiredIAMActions()))
-		for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
-			want[secret] = slices.Sorted(slices.Values(secretsource.RequiredIAMActions()))
-		}
-		for _, fn := range functions {
-			p := tpl.props(fn)
-			if get(p, "Role") != nil {
-				t.Errorf("%s: got a Role, want Policies only (a Role bypasses this check)", fn)
-			}
-			got := map[string][]string{}
-			for i, policy := range items(get(p, "Policies")) {
-				if policy.Kind != yaml.MappingNode || get(policy, "Statement") == nil {
-					t.Errorf("%s: Policies[%d] got %s, want an inline policy document (no managed policies or SAM policy templates such as DynamoDBCrudPolicy)",
-						fn, i, describe(policy))
-					continue
-				}
-				for j, st := range items(get(policy, "Statement")) {
-					where := fn + ": Policies[" + strconv.Itoa(i) + "].Statement[" + strconv.Itoa(j) + "]"
-					if effect := str(get(st, "Effect")); effect != "Allow" {
-						t.Errorf("%s: Effect got %q, want Allow", where, effect)
-					}
-					for _, k := range []string{"NotAction", "NotResource", "Condition"} {
-						if get(st, k) != nil {
-							t.Errorf("%s: got %s, want Action and Resource only", where, k)
-						}
-					}
-					actions := scalars(get(st, "Action"))
-					for _, action := range actions {
-						if strings.Contains(action, "*") {
-							t.Errorf("%s: Action got %q, want no wildcard", where, action)
-						}
-					}
-					for _, res := range items(get(st, "Resource")) {
-						id, ok := resourceID(res)
-						if !ok || want[id] == nil {
-							t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
-							continue
-						}
-						got[id] = append(got[id], actions...)
-					}
-				}
-			}
-			for id := range got {
-				slices.Sort(got[id])
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s: IAM actions by resource (-want +got):\n%s", fn, diff)
-			}
+		for _, inbound := range []string{"off", "on"} {
+			params := map[string]string{"InboundWebhooks": inbound}
+			t.Run("InboundWebhooks="+inbound, func(t *testing.T) { checkIAM(t, tpl, functions, table, params) })
 		}
 	})
 
@@ -254,18 +202,20 @@ func TestTemplate(t *testing.T) {
 					continue
 				}
 				name := str(get(m, "MetricName"))
-				if !slices.Contains(router.Metrics(), name) {
-					t.Errorf("%s: MetricName got %q, want one the function writes %q", alarm, name, router.Metrics())
-				}
 				var dims []string
 				for _, d := range items(get(m, "Dimensions")) {
 					dname, value := str(get(d, "Name")), get(d, "Value")
 					dims = append(dims, dname)
 					switch dname {
 					case "Source":
-						if v := str(value); v != router.SourceSQS && v != router.SourceHTTP {
-							t.Errorf("%s: Source %q; want %q or %q, the values the function writes", alarm, v, router.SourceSQS, router.SourceHTTP)
-						} else {
+						// Each Source's documents hold their own metrics (the
+						// receiving route's outcomes under webhook).
+						switch v := str(value); {
+						case !slices.Contains(router.Sources, v):
+							t.Errorf("%s: Source %q; want one of %q, the values the function writes", alarm, v, router.Sources)
+						case !slices.Contains(router.MetricsFor(v), name):
+							t.Errorf("%s: MetricName got %q, want one the function writes with Source=%s %q", alarm, name, v, router.MetricsFor(v))
+						default:
 							watched[name+" "+v] = true
 						}
 					case "FunctionName":
@@ -284,6 +234,7 @@ func TestTemplate(t *testing.T) {
 			{string(idem.LabelRetryExhausted), router.SourceSQS, "those messages are acknowledged and never reach a DLQ"},
 			{string(idem.LabelRetryExhausted), router.SourceHTTP, "those requests are answered 422 for good"},
 			{string(idem.LabelTransient), router.SourceSQS, "the standard queue's age alarm cannot see an outage's failing messages"},
+			{string(httpapi.WebhookQueueFailed), router.SourceWebhook, "GitHub does not retry a delivery answered 5xx"},
 		} {
 			if !watched[w.metric+" "+w.source] {
 				t.Errorf("got no alarm on %s %s with Source=%s, want one (%s)", router.MetricsNamespace, w.metric, w.source, w.why)
@@ -366,6 +317,9 @@ func TestTemplate(t *testing.T) {
 		}
 		for _, r := range routes {
 			p := tpl.props(r)
+			if str(get(p, "RouteKey")) == httpapi.WebhookRouteKey {
+				continue // the one exemption: checked by "the receiving route is the one without an authorizer"
+			}
 			for _, mode := range []string{"AWS_IAM", "JWT", "NONE"} {
 				auth := tpl.resolve(get(p, "AuthorizationType"), map[string]string{"ApiAuth": mode})
 				authorizer := tpl.resolve(get(p, "AuthorizerId"), map[string]string{"ApiAuth": mode})
@@ -407,9 +361,15 @@ func TestTemplate(t *testing.T) {
 	})
 
 	t.Run("deliveries are signed with a generated secret", func(t *testing.T) {
-		secrets := tpl.ofType("AWS::SecretsManager::Secret")
+		// The signing secret, and the inbound sources' (its own check).
+		var secrets []string
+		for _, id := range tpl.ofType("AWS::SecretsManager::Secret") {
+			if get(tpl.resources[id], "Condition") == nil {
+				secrets = append(secrets, id)
+			}
+		}
 		if len(secrets) != 1 {
-			t.Fatalf("got secrets %v, want one signing secret", secrets)
+			t.Fatalf("got unconditional secrets %v, want one signing secret", secrets)
 		}
 		g := get(tpl.props(secrets[0]), "GenerateSecretString")
 		// 32 characters of [A-Za-z0-9] are valid base64: a 24-byte key, the
@@ -623,6 +583,110 @@ func decodeStrict(t *testing.T, data []byte, v any) {
 	if err := dec.Decode(v); err != nil {
 		t.Fatalf("decode into %T: %v", v, err)
 	}
+}
+
+// checkIAM checks that each function's role grants exactly the actions the
+// code calls, on its resources only, for the given parameter values: a
+// statement under !If counts only when its condition holds, and so does a
+// resource with a Condition.
+func checkIAM(t *testing.T, tpl template, functions []string, table string, params map[string]string) {
+	t.Helper()
+	// Each resource, and exactly the actions its driver lists.
+	sources := map[string]bool{}
+	for _, ev := range tpl.sqsEvents(t) {
+		sources[ev.queue] = true
+	}
+	want := map[string][]string{table: slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))}
+	for q := range sources {
+		want[q] = slices.Sorted(slices.Values(sqsvisibility.RequiredIAMActions()))
+	}
+	want["LedgerTable"] = slices.Sorted(slices.Values(ledger.RequiredIAMActions()))
+	for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
+		if tpl.exists(secret, params) {
+			want[secret] = slices.Sorted(slices.Values(secretsource.RequiredIAMActions()))
+		}
+	}
+	// With inbound webhooks on, the function sends each verified delivery
+	// to the queue INBOUND_QUEUE_URL names.
+	if params["InboundWebhooks"] == "on" {
+		for _, fn := range functions {
+			if q, ok := ref(get(tpl.props(fn), "Environment", "Variables", config.EnvInboundQueueURL)); ok && want[q] != nil {
+				want[q] = slices.Sorted(slices.Values(append(slices.Clone(want[q]), sqssend.RequiredIAMActions()...)))
+			}
+		}
+	}
+	for _, fn := range functions {
+		p := tpl.props(fn)
+		if get(p, "Role") != nil {
+			t.Errorf("%s: got a Role, want Policies only (a Role bypasses this check)", fn)
+		}
+		got := map[string][]string{}
+		for i, policy := range items(get(p, "Policies")) {
+			if policy.Kind != yaml.MappingNode || get(policy, "Statement") == nil {
+				t.Errorf("%s: Policies[%d] got %s, want an inline policy document (no managed policies or SAM policy templates such as DynamoDBCrudPolicy)",
+					fn, i, describe(policy))
+				continue
+			}
+			for j, st := range tpl.statements(get(policy, "Statement"), params) {
+				where := fn + ": Policies[" + strconv.Itoa(i) + "].Statement[" + strconv.Itoa(j) + "]"
+				if effect := str(get(st, "Effect")); effect != "Allow" {
+					t.Errorf("%s: Effect got %q, want Allow", where, effect)
+				}
+				for _, k := range []string{"NotAction", "NotResource", "Condition"} {
+					if get(st, k) != nil {
+						t.Errorf("%s: got %s, want Action and Resource only", where, k)
+					}
+				}
+				actions := scalars(get(st, "Action"))
+				for _, action := range actions {
+					if strings.Contains(action, "*") {
+						t.Errorf("%s: Action got %q, want no wildcard", where, action)
+					}
+				}
+				for _, res := range items(get(st, "Resource")) {
+					id, ok := resourceID(res)
+					if !ok || want[id] == nil {
+						t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
+						continue
+					}
+					got[id] = append(got[id], actions...)
+				}
+			}
+		}
+		for id := range got {
+			slices.Sort(got[id])
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: IAM actions by resource (-want +got):\n%s", fn, diff)
+		}
+	}
+}
+
+// exists reports whether resource id is created for these parameter values.
+func (tpl template) exists(id string, params map[string]string) bool {
+	c := get(tpl.resources[id], "Condition")
+	return c == nil || tpl.condition(str(c), params)
+}
+
+// statements returns a policy's statements for these parameter values:
+// !If [Condition, statement, !Ref AWS::NoValue] gives the chosen branch,
+// or nothing.
+func (tpl template) statements(list *yaml.Node, params map[string]string) []*yaml.Node {
+	var out []*yaml.Node
+	for _, st := range items(list) {
+		if st.Tag == "!If" && st.Kind == yaml.SequenceNode && len(st.Content) == 3 {
+			if tpl.condition(st.Content[0].Value, params) {
+				st = st.Content[1]
+			} else {
+				st = st.Content[2]
+			}
+		}
+		if id, ok := ref(st); ok && id == "AWS::NoValue" {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // template is a parsed SAM template. It reads yaml.Node trees so that the
