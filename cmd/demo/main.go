@@ -18,7 +18,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -475,13 +474,9 @@ func (d *demo) api(ctx context.Context, emu *rie.Emulator, dir string) error {
 	}
 	d.note("API Gateway: POST /events with Idempotency-Key (events/api-request.json), then again, then with another body")
 	for _, payload := range [][]byte{b, b, []byte(strings.Replace(string(b), `"body": "{\"id\":\"release-42\"`, `"body": "{\"id\":\"release-99\"`, 1))} {
-		raw, err := emu.Invoke(ctx, payload)
+		resp, err := invokeHTTP(ctx, emu, payload)
 		if err != nil {
 			return err
-		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(raw, &resp); err != nil || resp.StatusCode == 0 {
-			return fmt.Errorf("the function answered %s; want an HTTP API response", raw)
 		}
 		what := fmt.Sprintf("HTTP %d", resp.StatusCode)
 		if resp.Headers["Idempotent-Replayed"] == "true" {
@@ -541,7 +536,7 @@ func (d *demo) summary() error {
 
 // newSecret creates the signing secret in moto's Secrets Manager.
 func (d *demo) newSecret(ctx context.Context, endpoint string) (string, error) {
-	value := randomText(32)
+	value := webhooksender.Alphanumeric(32)
 	key, err := webhooksig.DecodeSecret(value)
 	if err != nil {
 		return "", err
@@ -592,9 +587,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 // one sender of each scheme, each with a secret of its own.
 func (d *demo) newSources(ctx context.Context, endpoint string) (string, error) {
 	d.senders = map[string]string{
-		"acme":   "whsec_" + base64.StdEncoding.EncodeToString([]byte(randomText(24))),
-		"stripe": "whsec_" + randomText(32),
-		"github": randomText(40),
+		"acme":   "whsec_" + base64.StdEncoding.EncodeToString([]byte(webhooksender.Alphanumeric(24))),
+		"stripe": "whsec_" + webhooksender.Alphanumeric(32),
+		"github": webhooksender.Alphanumeric(40),
 	}
 	doc := map[string]any{}
 	for name, scheme := range map[string]string{"acme": "standard-webhooks", "stripe": "stripe", "github": "github"} {
@@ -607,18 +602,6 @@ func (d *demo) newSources(ctx context.Context, endpoint string) (string, error) 
 		return "", fmt.Errorf("create the inbound sources secret: %w", err)
 	}
 	return *out.ARN, nil
-}
-
-// randomText is n characters of [A-Za-z0-9], as CloudFormation's
-// GenerateSecretString makes them without punctuation.
-func randomText(n int) string {
-	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return string(b)
 }
 
 // webhooks receives one delivery of each scheme as API Gateway passes it
@@ -658,13 +641,9 @@ func (d *demo) webhooks(ctx context.Context, emu *rie.Emulator) error {
 			PathParameters: map[string]string{"source": del.source}, Headers: headers, Body: string(del.body),
 			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: "POST /webhooks/{source}", RequestID: fmt.Sprintf("demo-hook-%d", i),
 				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/" + del.source}}})
-		raw, err := emu.Invoke(ctx, payload)
+		resp, err := invokeHTTP(ctx, emu, payload)
 		if err != nil {
 			return err
-		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(raw, &resp); err != nil || resp.StatusCode == 0 {
-			return fmt.Errorf("the function answered %s; want an HTTP API response", raw)
 		}
 		var body struct{ Key, Code, Detail string }
 		_ = json.Unmarshal([]byte(resp.Body), &body)
@@ -690,6 +669,20 @@ func (d *demo) webhooks(ctx context.Context, emu *rie.Emulator) error {
 		d.mu.Unlock()
 	}
 	return nil
+}
+
+// invokeHTTP invokes the function with an API Gateway request and returns
+// its HTTP API response.
+func invokeHTTP(ctx context.Context, emu *rie.Emulator, payload []byte) (events.APIGatewayV2HTTPResponse, error) {
+	var resp events.APIGatewayV2HTTPResponse
+	raw, err := emu.Invoke(ctx, payload)
+	if err != nil {
+		return resp, err
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil || resp.StatusCode == 0 {
+		return resp, fmt.Errorf("the function answered %s; want an HTTP API response", raw)
+	}
+	return resp, nil
 }
 
 func short26(s string) string {

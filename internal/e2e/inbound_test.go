@@ -38,14 +38,7 @@ type senders struct {
 
 func startSenders(t *testing.T) *senders {
 	t.Helper()
-	python := os.Getenv(envVerifier)
-	if python == "" {
-		if os.Getenv(envRequire) != "" {
-			t.Fatalf("%s is required (make test sets it)", envVerifier)
-		}
-		t.Skipf("set %s to a Python with standardwebhooks and stripe (make test does)", envVerifier)
-	}
-	cmd := exec.Command(python, "../../tools/webhook_senders.py")
+	cmd := exec.Command(verifierPython(t), "../../tools/webhook_senders.py")
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -240,11 +233,11 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	}
 	r := &receiver{t: t, send: send, sm: secretsmanager.NewFromConfig(ddblocal.Config(moto, nil)), started: time.Now()}
 	r.q = sqslocal.NewScratch(t, sqslocal.Client(sqslocal.Endpoint(t)), false, map[string]string{"VisibilityTimeout": "30"})
-	swOld, swNew := "whsec_"+base64.StdEncoding.EncodeToString([]byte(alphanumeric(32))), "whsec_"+base64.StdEncoding.EncodeToString([]byte(alphanumeric(32)))
-	stripeOld, stripeNew := "whsec_"+alphanumeric(32), "whsec_"+alphanumeric(32)
-	ghOld, ghNew := alphanumeric(40), alphanumeric(40)
+	swOld, swNew := "whsec_"+base64.StdEncoding.EncodeToString([]byte(webhooksender.Alphanumeric(32))), "whsec_"+base64.StdEncoding.EncodeToString([]byte(webhooksender.Alphanumeric(32)))
+	stripeOld, stripeNew := "whsec_"+webhooksender.Alphanumeric(32), "whsec_"+webhooksender.Alphanumeric(32)
+	ghOld, ghNew := webhooksender.Alphanumeric(40), webhooksender.Alphanumeric(40)
 	initial := r.sources([]string{swOld}, []string{stripeOld}, []string{ghOld})
-	out, err := r.sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-sources-" + alphanumeric(8)), SecretString: &initial})
+	out, err := r.sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-sources-" + webhooksender.Alphanumeric(8)), SecretString: &initial})
 	if err != nil {
 		t.Fatal(err)
 	}

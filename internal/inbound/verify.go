@@ -161,7 +161,7 @@ func (s *Source) verifyStandard(headers map[string]string, body []byte) (id, ts 
 		return id, ts, &idem.Error{Code: idem.CodeSignatureMalformed, Message: webhooksig.HeaderSignature + " has no v1 signature (v1a, ed25519, is not supported)"}
 	}
 	for _, key := range s.keys {
-		want := standardMAC(key, id, ts, body)
+		want := webhooksig.MAC(key, id, ts, body)
 		for _, g := range given {
 			if hmac.Equal(want, g) {
 				return id, ts, nil
@@ -169,17 +169,6 @@ func (s *Source) verifyStandard(headers map[string]string, body []byte) (id, ts 
 		}
 	}
 	return id, ts, mismatch(webhooksig.HeaderSignature, len(given), len(s.keys))
-}
-
-// standardMAC is HMAC-SHA256(key, id.timestamp.body).
-func standardMAC(key []byte, id, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(id))
-	m.Write([]byte{'.'})
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
 }
 
 // verifyStripe checks a Stripe-Signature header and returns its timestamp.

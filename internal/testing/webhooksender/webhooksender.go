@@ -11,6 +11,7 @@ package webhooksender
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
@@ -57,4 +58,17 @@ func GitHub(secret string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write(body)
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Alphanumeric is n random characters of [A-Za-z0-9], as CloudFormation's
+// GenerateSecretString makes a secret without punctuation (the template's
+// signing secret), and as good a secret as any for a test's senders.
+func Alphanumeric(n int) string {
+	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = chars[int(b[i])%len(chars)]
+	}
+	return string(b)
 }
