@@ -155,8 +155,8 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 		}
 		wg.Wait()
 	}()
-	startEmu := func(extra ...string) (*rie.Emulator, error) {
-		e, err := rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Env: append(local.Env(), extra...)})
+	startEmu := func(local rie.Local) (*rie.Emulator, error) {
+		e, err := rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Env: local.Env()})
 		if err == nil {
 			emus = append(emus, e)
 		}
@@ -174,7 +174,7 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 		}
 		var invokers []esm.Invoker
 		for range s.MaximumConcurrency {
-			e, err := startEmu()
+			e, err := startEmu(local)
 			if err != nil {
 				return err
 			}
@@ -195,14 +195,22 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 	if std == nil || fifo == nil {
 		return fmt.Errorf("%s: want a standard and a FIFO queue source", tplPath)
 	}
-	// The API's emulator also receives webhooks: the senders and their
-	// secrets in moto's Secrets Manager, verified deliveries queued on the
-	// standard lane's queue.
+	// The API has a function of its own (same bootstrap, its own timeout
+	// and in-call settings); its timeout is not scaled: no step of the
+	// demo waits for it, and a tenth of it would leave no time for work.
+	apiLocal := local
+	if api, ok := tpl.Functions[tpl.API]; ok {
+		apiLocal.TimeoutSeconds, apiLocal.Extra = int(api.Timeout.Seconds()), functionEnv(api)
+	}
+	// It also receives webhooks: the senders and their secrets in moto's
+	// Secrets Manager, verified deliveries queued on the standard lane's
+	// queue.
 	sourcesARN, err := d.newSources(ctx, ddbEndpoint)
 	if err != nil {
 		return err
 	}
-	apiEmu, err := startEmu("INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+sourcesARN, "INBOUND_QUEUE_URL="+std.pair.Source.URL)
+	apiLocal.Extra = append(slices.Clone(apiLocal.Extra), "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+sourcesARN, "INBOUND_QUEUE_URL="+std.pair.Source.URL)
+	apiEmu, err := startEmu(apiLocal)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 // Command handler is the Lambda function: one bootstrap binary serving SQS
-// batches and API Gateway HTTP API requests. It only wires the pieces:
-// configuration, the DynamoDB store, the engine, the action, lambda.Start.
+// batches and API Gateway HTTP API requests. The template deploys it twice,
+// as the queue function and the API function, each with its own settings.
+// It only wires the pieces: configuration, the DynamoDB store, the engine,
+// the action, lambda.Start.
 package main
 
 import (
@@ -10,12 +12,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
+	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
@@ -34,8 +37,7 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// initSecretTimeout bounds the first reads of the secrets at init (the
-// signing secret, the inbound sources), together.
+// initSecretTimeout bounds each secret's first read at init.
 const initSecretTimeout = 5 * time.Second
 
 func main() {
@@ -63,6 +65,26 @@ func tuneRuntime(r config.Runtime) {
 	}
 }
 
+// downstreamURL is the plain variable (local runs), or the value of the
+// secret that holds the URL, read once at init (bounded like the signing
+// secret's first read). Neither the value nor an error about it is logged
+// with the URL: only the secret's name.
+func downstreamURL(ctx context.Context, sm secretsource.API, cfg config.Config) (string, error) {
+	if cfg.DownstreamURLSecret == "" {
+		return cfg.DownstreamURL, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+	defer cancel()
+	u, err := secretsource.ReadString(rctx, sm, cfg.DownstreamURLSecret)
+	if err != nil {
+		return "", fmt.Errorf("config: %s: %w", config.EnvDownstreamURLSecret, err)
+	}
+	if err := config.CheckDownstreamURL(u); err != nil {
+		return "", fmt.Errorf("config: %s: secret %s: %w", config.EnvDownstreamURLSecret, cfg.DownstreamURLSecret, err)
+	}
+	return strings.TrimSpace(u), nil
+}
+
 func wire(ctx context.Context) (*router.Router, error) {
 	logger := slog.New(lambdacontext.NewLogHandler())
 	slog.SetDefault(logger)
@@ -77,7 +99,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
-	store, err := ddbstore.New(dynamodb.NewFromConfig(awsCfg), cfg.Table, cfg.Namespace)
+	// The store's client drops per-call work a function does not need
+	// (package lambdasdk says what and why).
+	store, err := ddbstore.New(lambdasdk.DynamoDB(awsCfg), cfg.Table, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -86,24 +110,33 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Bounded well inside Lambda's 10 s init limit, so that a hanging
-	// Secrets Manager gives a line naming the secret, not an init timeout.
-	initCtx, cancelInit := context.WithTimeout(ctx, initSecretTimeout)
-	defer cancelInit()
-	secrets := secretsmanager.NewFromConfig(awsCfg)
 	sqsClient := sqs.NewFromConfig(awsCfg)
 	var act action.Func
 	var notifier *notify.Notifier
+	var keys *secretsource.Source
 	switch cfg.Action {
 	case config.ActionLedger:
 		act = (&ledger.Ledger{Table: cfg.LedgerTable}).Do
 	default:
-		notifier = notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
+		sm := secretsmanager.NewFromConfig(awsCfg)
+		downstream, err := downstreamURL(ctx, sm, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if w := config.PlainHTTPWarning(downstream, os.Getenv); w != "" {
+			logger.WarnContext(ctx, "misconfiguration: "+w)
+		}
+		notifier = notify.New(downstream, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
 		if !cfg.Signing.Off {
 			// Read the signing secret now: a missing secret or permission fails
 			// the init with one line, instead of every delivery later.
-			keys := secretsource.New(secrets, cfg.Signing.Secret, cfg.Signing.Refresh)
-			if err := keys.Load(initCtx); err != nil {
+			keys = secretsource.New(sm, cfg.Signing.Secret, cfg.Signing.Refresh, logger)
+			// Bounded well inside Lambda's 10 s init limit, so that a hanging
+			// Secrets Manager gives this line, not an init timeout.
+			lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+			err := keys.Load(lctx)
+			cancel()
+			if err != nil {
 				return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
 			}
 			notifier.Signer = keys
@@ -114,7 +147,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if !cfg.QueueBackoff.Off {
 		visibility = sqsvisibility.New(sqsClient)
 	}
-	webhooks, err := receiving(initCtx, cfg.Inbound, secrets, sqsClient, logger)
+	webhooks, sources, err := receiving(ctx, cfg.Inbound, secretsmanager.NewFromConfig(awsCfg), sqsClient, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +160,19 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, Webhooks: webhooks, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
+	var secretHealth, inboundHealth router.SecretHealth
+	if keys != nil {
+		secretHealth = keys
+	}
+	if sources != nil {
+		inboundHealth = sources
+	}
 	return &router.Router{
+		Secret: secretHealth, InboundSecret: inboundHealth,
 		SQS: sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
 		FirstInvoke: func(ctx context.Context, timeout time.Duration) {
 			// Lambda does not show the function's timeout at init; the first
@@ -149,21 +190,25 @@ func wire(ctx context.Context) (*router.Router, error) {
 // receiving wires the receiving route POST /webhooks/{source}, or returns
 // nil when it is off. The sources are read now: a missing secret, a missing
 // permission or a value that does not parse fails the init with one line.
-func receiving(ctx context.Context, in config.Inbound, secrets *secretsmanager.Client, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, error) {
+func receiving(ctx context.Context, in config.Inbound, secrets *secretsmanager.Client, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, *secretsource.Document[*inbound.Sources], error) {
 	if !in.On {
-		return nil, nil
+		return nil, nil, nil
 	}
 	sources := secretsource.NewDocument(secrets, in.Secret, in.Refresh, inbound.ParseSources)
 	sources.OnRefreshError(func(err error) {
-		logger.Warn("inbound webhook sources not re-read; the last good ones stay in use", "error", err.Error())
+		logger.Warn("inbound webhook sources not re-read; the last good ones stay in use", "secret", in.Secret, "error", err.Error())
 	})
-	if err := sources.Load(ctx); err != nil {
-		return nil, fmt.Errorf("config: %s: %w", config.EnvInboundSources, err)
+	// Bounded well inside Lambda's 10 s init limit, as the signing
+	// secret's read is.
+	lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+	defer cancel()
+	if err := sources.Load(lctx); err != nil {
+		return nil, nil, fmt.Errorf("config: %s: %w", config.EnvInboundSources, err)
 	}
-	if s, _ := sources.Get(ctx); len(s.Names()) == 0 {
+	if s, _ := sources.Get(lctx); len(s.Names()) == 0 {
 		logger.Warn("inbound webhooks are on, but the sources secret lists no source: every delivery is answered 404 until it does", "secret", in.Secret)
 	} else {
 		logger.Info("inbound webhook sources", "sources", s.Names())
 	}
-	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, nil
+	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, nil
 }

@@ -11,12 +11,14 @@ import (
 )
 
 // The invariants of the receiving route POST /webhooks/{source}
-// (InboundWebhooks). Its IAM grants are checked with every other grant
-// (checkIAM, for both values of the parameter), its alarm with the other
-// alarms.
+// (InboundWebhooks), served by the API function. Its IAM grants are checked
+// with every other grant (checkIAM, for both values of the parameter), its
+// alarms with the other alarms, its exemption from ApiAuth by
+// unauthenticatedRoutes.
 func TestInboundWebhooksTemplate(t *testing.T) {
 	tpl := loadTemplate(t)
 	functions := tpl.ofType("AWS::Serverless::Function")
+	apiFn, queueFn := tpl.split(t)
 	off, on := map[string]string{"InboundWebhooks": "off"}, map[string]string{"InboundWebhooks": "on"}
 
 	t.Run("off by default, and the function reads the parameter", func(t *testing.T) {
@@ -28,14 +30,20 @@ func TestInboundWebhooksTemplate(t *testing.T) {
 			t.Errorf("InboundWebhooks AllowedValues %q; want [on off]", got)
 		}
 		for _, fn := range functions {
-			v := get(tpl.props(fn), "Environment", "Variables", config.EnvInboundWebhooks)
-			if id, ok := ref(v); !ok || id != "InboundWebhooks" {
-				t.Errorf("%s: %s got %s, want !Ref InboundWebhooks", fn, config.EnvInboundWebhooks, describe(v))
+			v := tpl.env(fn)[config.EnvInboundWebhooks]
+			if id, ok := ref(v); fn == apiFn && (!ok || id != "InboundWebhooks") {
+				t.Errorf("%s: %s got %s, want !Ref InboundWebhooks (the API function serves the route)", fn, config.EnvInboundWebhooks, describe(v))
+			}
+			if fn != apiFn && v != nil {
+				t.Errorf("%s: %s is set; want it on the API function only (the queue function recognises envelopes without it)", fn, config.EnvInboundWebhooks)
 			}
 		}
 	})
 
 	t.Run("the receiving route is the one without an authorizer", func(t *testing.T) {
+		if _, listed := unauthenticatedRoutes[httpapi.WebhookRouteKey]; !listed || len(unauthenticatedRoutes) != 1 {
+			t.Errorf("unauthenticatedRoutes %v; want exactly %s", unauthenticatedRoutes, httpapi.WebhookRouteKey)
+		}
 		var hooks, events []string
 		for _, r := range tpl.ofType("AWS::ApiGatewayV2::Route") {
 			switch str(get(tpl.props(r), "RouteKey")) {
@@ -63,9 +71,23 @@ func TestInboundWebhooksTemplate(t *testing.T) {
 		if tpl.exists(hook, off) || !tpl.exists(hook, on) {
 			t.Errorf("%s: Condition %s; want the route created exactly when InboundWebhooks=on", hook, describe(get(tpl.resources[hook], "Condition")))
 		}
-		// The same integration as POST /events: the function that verifies.
+		// The same integration as POST /events: the API function verifies.
 		if got, want := describe(get(p, "Target")), describe(get(tpl.props(events[0]), "Target")); got != want {
 			t.Errorf("%s: Target %s; want %s's, %s", hook, got, events[0], want)
+		}
+	})
+
+	t.Run("the route needs no NONE acknowledgement", func(t *testing.T) {
+		// Its callers are not anonymous: each delivery is signed by a sender
+		// the operator listed, so the rule that guards ApiAuth=NONE does not
+		// apply to it.
+		for _, params := range []map[string]string{
+			{"InboundWebhooks": "on"},
+			{"InboundWebhooks": "on", "ApiAuth": "JWT", "JwtIssuer": "https://issuer.example", "JwtAudience": "client-1"},
+		} {
+			if got := tpl.rulesRefuse(params); len(got) > 0 {
+				t.Errorf("with %v the rules refuse %q; want the route accepted", params, got)
+			}
 		}
 	})
 
@@ -100,29 +122,27 @@ func TestInboundWebhooksTemplate(t *testing.T) {
 		}
 	})
 
-	t.Run("deliveries go to the standard events queue the function polls", func(t *testing.T) {
-		for _, fn := range functions {
-			v := get(tpl.props(fn), "Environment", "Variables", config.EnvInboundQueueURL)
-			q, ok := ref(v)
-			if !ok || str(get(tpl.resources[q], "Type")) != "AWS::SQS::Queue" {
-				t.Fatalf("%s: %s got %s, want !Ref of a queue", fn, config.EnvInboundQueueURL, describe(v))
-			}
-			if str(get(tpl.props(q), "FifoQueue")) == "true" {
-				t.Errorf("%s: %s is FIFO; want the standard queue (an envelope has no message group)", fn, q)
-			}
-			polled := false
-			for _, ev := range tpl.sqsEvents(t) {
-				polled = polled || ev.function == fn && ev.queue == q
-			}
-			if !polled {
-				t.Errorf("%s: %s is not one of its SQS event sources; the envelopes would never be processed", fn, q)
-			}
+	t.Run("deliveries go to the standard events queue the queue function polls", func(t *testing.T) {
+		v := tpl.env(apiFn)[config.EnvInboundQueueURL]
+		q, ok := ref(v)
+		if !ok || str(get(tpl.resources[q], "Type")) != "AWS::SQS::Queue" {
+			t.Fatalf("%s: %s got %s, want !Ref of a queue", apiFn, config.EnvInboundQueueURL, describe(v))
+		}
+		if str(get(tpl.props(q), "FifoQueue")) == "true" {
+			t.Errorf("%s: %s is FIFO; want the standard queue (an envelope has no message group)", apiFn, q)
+		}
+		polled := false
+		for _, ev := range tpl.sqsEvents(t) {
+			polled = polled || ev.function == queueFn && ev.queue == q
+		}
+		if !polled {
+			t.Errorf("%s is not one of %s's SQS event sources; the envelopes would never be processed", q, queueFn)
 		}
 	})
 
 	t.Run("the sources secret is the operator's, kept, and read only when on", func(t *testing.T) {
-		for _, fn := range functions {
-			v := get(tpl.props(fn), "Environment", "Variables", config.EnvInboundSources)
+		for _, fn := range []string{apiFn} {
+			v := tpl.env(fn)[config.EnvInboundSources]
 			if v == nil || v.Tag != "!If" || len(v.Content) != 3 {
 				t.Fatalf("%s: %s got %s, want !If [InboundOn, !Ref <secret>, \"\"]", fn, config.EnvInboundSources, describe(v))
 			}

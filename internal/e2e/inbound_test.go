@@ -24,6 +24,7 @@ import (
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/esm"
+	"github.com/oncely/oncely/internal/testing/rie"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
 	"github.com/oncely/oncely/internal/testing/webhooksender"
 )
@@ -91,11 +92,13 @@ func (s *senders) stripe(at time.Time, body []byte, secret string, wantStripeOK 
 	return map[string]string{"Stripe-Signature": header}
 }
 
-// receiver is the function with the receiving route on, its queue, and
-// what each case got.
+// receiver is the API function with the receiving route on, the queue
+// function (the same bootstrap, without the route's settings, as deployed),
+// the queue between them, and what each case got.
 type receiver struct {
 	t       *testing.T
 	f       *fn
+	queueFn *rie.Emulator
 	q       *sqslocal.Scratch
 	sm      *secretsmanager.Client
 	arn     string
@@ -176,12 +179,38 @@ func (r *receiver) post(name, source string, headers map[string]string, body []b
 	}
 }
 
-// drain runs the event source mapping stand-in on the queue until every
-// message is acknowledged.
+// startQueueFunction starts the queue function: the same bootstrap, table,
+// namespace, downstream and signing secret as f, and none of the INBOUND_*
+// variables (the template sets them on the API function only): it must
+// recognise the envelopes by itself.
+func (r *receiver) startQueueFunction() {
+	r.t.Helper()
+	emu, err := rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
+		DynamoDB: os.Getenv(ddblocal.EnvMoto), SQS: sqslocal.EndpointFromEnv(), Table: r.f.table, DownstreamURL: r.f.hookURL + "/webhook",
+		Name: "oncely-e2e", TimeoutSeconds: 10, WebhookSecret: r.f.secretARN,
+		Extra: []string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"},
+	}.Env()})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.queueFn = emu
+	r.t.Cleanup(func() {
+		emu.Stop()
+		if r.t.Failed() {
+			r.t.Logf("queue function output:\n%s", emu.Log())
+		}
+	})
+}
+
+// logs is both functions' output.
+func (r *receiver) logs() string { return r.f.emu.Log() + "\n" + r.queueFn.Log() }
+
+// drain runs the event source mapping stand-in on the queue, invoking the
+// queue function, until every message is acknowledged.
 func (r *receiver) drain() {
 	r.t.Helper()
 	runner, err := esm.New(r.q.Client, esm.Config{QueueURL: r.q.URL, QueueARN: r.q.ARN, Region: sqslocal.Region, BatchSize: 10,
-		ReportBatchItemFailures: true, PollInterval: 50 * time.Millisecond}, []esm.Invoker{r.f.emu})
+		ReportBatchItemFailures: true, PollInterval: 50 * time.Millisecond}, []esm.Invoker{r.queueFn})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -243,6 +272,7 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	}
 	r.arn = *out.ARN
 	r.f = start(t, 10, "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+r.arn, "INBOUND_QUEUE_URL="+r.q.URL, "INBOUND_SOURCES_REFRESH="+refresh.String())
+	r.startQueueFunction()
 
 	now := time.Now
 	swBody := func(n int) []byte {
@@ -278,7 +308,7 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	if n := r.tableItems(); n != 0 {
 		t.Errorf("after the refusals the table holds %d items; want none", n)
 	}
-	if !strings.Contains(r.f.emu.Log(), `"delivery_id":"msg_tampered"`) || !strings.Contains(r.f.emu.Log(), `"source":"acme"`) {
+	if !strings.Contains(r.logs(), `"delivery_id":"msg_tampered"`) || !strings.Contains(r.logs(), `"source":"acme"`) {
 		t.Errorf("the refusal of msg_tampered is not logged with its source and delivery id")
 	}
 
@@ -323,7 +353,7 @@ func TestE2EInboundWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	queuedAs, outcome := map[string]string{}, map[string]string{} // API request id -> message id -> outcome
-	for _, line := range strings.Split(r.f.emu.Log(), "\n") {
+	for _, line := range strings.Split(r.logs(), "\n") {
 		var l map[string]any
 		if i := strings.IndexByte(line, '{'); i < 0 || json.Unmarshal([]byte(line[i:]), &l) != nil {
 			continue
@@ -391,7 +421,7 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	}
 	// No secret of any sender appears in the function's output or the table.
 	for _, secret := range []string{swOld, swNew, stripeOld, stripeNew, ghOld, ghNew} {
-		if strings.Contains(r.f.emu.Log(), secret) {
+		if strings.Contains(r.logs(), secret) {
 			t.Errorf("a sender's secret appears in the function's output")
 		}
 	}

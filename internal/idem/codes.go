@@ -87,6 +87,11 @@ const (
 	CodeNotFound             Code = "NOT_FOUND"
 	CodeMethodNotAllowed     Code = "METHOD_NOT_ALLOWED"
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeNoIdentity: an API request whose authorizer ran but named no
+	// caller (a JWT without sub, an IAM caller without a principal, a
+	// Lambda authorizer without principalId). Refused before any store call
+	// (401): such a request has no key space of its own to be scoped to.
+	CodeNoIdentity Code = "NO_IDENTITY"
 
 	// Inbound webhook codes (POST /webhooks/{source}, package inbound): a
 	// delivery refused before any store or queue call.

@@ -133,7 +133,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, Logger: logger, Webhooks: o.webhooks})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, JWTIssuer: "https://issuer.example", Logger: logger, Webhooks: o.webhooks})
 	if err != nil {
 		t.Fatal(err)
 	}

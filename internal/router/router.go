@@ -22,6 +22,7 @@ import (
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsbatch"
 )
 
@@ -45,24 +46,41 @@ var Sources = []string{SourceSQS, SourceHTTP, SourceWebhook}
 // message then returns at the queue's own visibility timeout).
 const MetricVisibilityFailed = "visibility_change_failed"
 
+// The signing secret's problems that did not stop deliveries (see package
+// secretsource): a pending or previous version that is not a valid key
+// was ignored; a re-read failed and the keys read before stayed in use.
+// MetricSecretRefreshFailed also counts, in the webhook documents, the
+// inbound sources secret's failed re-reads.
+const (
+	MetricSigningKeyIgnored   = "signing_key_ignored"
+	MetricSecretRefreshFailed = "secret_refresh_failed"
+)
+
 // Metrics are the count metrics of the SQS and HTTP documents: one per
-// label, and MetricVisibilityFailed.
+// label, MetricVisibilityFailed and the signing secret's two.
 func Metrics() []string {
-	names := make([]string, 0, len(idem.Labels)+1)
+	names := make([]string, 0, len(idem.Labels)+3)
 	for _, l := range idem.Labels {
 		names = append(names, string(l))
 	}
-	return append(names, MetricVisibilityFailed)
+	return append(names, MetricVisibilityFailed, MetricSigningKeyIgnored, MetricSecretRefreshFailed)
+}
+
+// SecretHealth reports a secret's problems since the last call (a
+// *secretsource.Source, or a *secretsource.Document).
+type SecretHealth interface {
+	TakeCounts() secretsource.Counts
 }
 
 // WebhookMetrics are the count metrics of the webhook documents: one per
-// outcome of the receiving route.
+// outcome of the receiving route, and MetricSecretRefreshFailed (the
+// inbound sources secret's).
 func WebhookMetrics() []string {
-	names := make([]string, 0, len(httpapi.WebhookOutcomes))
+	names := make([]string, 0, len(httpapi.WebhookOutcomes)+1)
 	for _, o := range httpapi.WebhookOutcomes {
 		names = append(names, string(o))
 	}
-	return names
+	return append(names, MetricSecretRefreshFailed)
 }
 
 // MetricsFor returns the count metrics a document with this Source holds
@@ -97,6 +115,13 @@ type Router struct {
 	// timeout, which Lambda does not show at init. The wiring checks its
 	// configuration against it.
 	FirstInvoke func(ctx context.Context, timeout time.Duration)
+	// Secret, if set, is the signing secret, whose problems each SQS and
+	// HTTP document counts (including those of the read at init, in the
+	// first document).
+	Secret SecretHealth
+	// InboundSecret, if set, is the inbound webhook sources' secret, whose
+	// failed re-reads each webhook document counts.
+	InboundSecret SecretHealth
 
 	once sync.Once
 }
@@ -179,8 +204,17 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	}
 	if r.Metrics != nil {
 		names := metricNames
+		secret := r.Secret
 		if source == SourceWebhook {
-			names = webhookMetricNames
+			// The receiving route signs nothing: the signing secret's
+			// counts wait for the next SQS or HTTP document, whose alarms
+			// watch them; this one counts the sources secret's.
+			names, secret = webhookMetricNames, r.InboundSecret
+		}
+		if secret != nil {
+			c := secret.TakeCounts()
+			counts.AddN(MetricSigningKeyIgnored, c.Ignored)
+			counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
 		}
 		doc := emf.Document{
 			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},

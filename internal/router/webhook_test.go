@@ -15,6 +15,7 @@ import (
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/router"
+	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/testing/webhooksender"
 )
 
@@ -66,6 +67,11 @@ func TestWebhookDeliveryQueuedThenDeliveredOnce(t *testing.T) {
 		}
 		return out.(events.APIGatewayV2HTTPResponse)
 	}
+	// The sources secret's failed re-reads are counted in the route's
+	// documents; the signing secret's wait for the next SQS or HTTP one,
+	// whose alarms watch them.
+	h.router.Secret = &secretCounts{secretsource.Counts{Ignored: 1, RefreshFailed: 1}}
+	h.router.InboundSecret = &secretCounts{secretsource.Counts{RefreshFailed: 3}}
 	if resp := post(time.Now()); resp.StatusCode != 202 {
 		t.Fatalf("first delivery: %d %s; want 202", resp.StatusCode, resp.Body)
 	}
@@ -87,14 +93,18 @@ func TestWebhookDeliveryQueuedThenDeliveredOnce(t *testing.T) {
 	for i, want := range []struct {
 		source, metric string
 		names          []string
+		refreshFailed  float64
 	}{
-		{router.SourceWebhook, "queued", router.WebhookMetrics()},
-		{router.SourceSQS, "executed", router.Metrics()},
-		{router.SourceWebhook, "queued", router.WebhookMetrics()},
-		{router.SourceSQS, "replayed", router.Metrics()},
+		{router.SourceWebhook, "queued", router.WebhookMetrics(), 3},
+		{router.SourceSQS, "executed", router.Metrics(), 1},
+		{router.SourceWebhook, "queued", router.WebhookMetrics(), 0},
+		{router.SourceSQS, "replayed", router.Metrics(), 0},
 	} {
 		var doc map[string]any
 		_ = json.Unmarshal([]byte(docs[i]), &doc)
+		if doc[router.MetricSecretRefreshFailed] != want.refreshFailed {
+			t.Errorf("document %d: %s %v; want %v", i, router.MetricSecretRefreshFailed, doc[router.MetricSecretRefreshFailed], want.refreshFailed)
+		}
 		var declared []string
 		for _, m := range doc["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)["Metrics"].([]any) {
 			declared = append(declared, m.(map[string]any)["Name"].(string))

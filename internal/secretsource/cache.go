@@ -9,13 +9,15 @@ import (
 // cache holds the last value read and the refresh rule Source and Document
 // share: read at Load, again when older than refresh by one caller at a
 // time (with a short timeout) while the others keep the value they have,
-// and after a failed re-read not again for retryFailedRefresh.
+// and after a failed re-read not again for retryFailedRefresh. Once read,
+// a value stays in use through any failed re-read.
 type cache[T any] struct {
 	read    func(ctx context.Context) (T, error)
 	refresh time.Duration
 	now     func() time.Time
-	// failed, if set, hears of a failed re-read (the old value stays).
-	failed func(error)
+	// failed, if set, hears of every failed re-read (a read after a value
+	// was loaded), outside the lock.
+	failed func(ctx context.Context, err error)
 
 	mu         sync.Mutex
 	value      T
@@ -55,28 +57,29 @@ func (c *cache[T]) get(ctx context.Context) (T, error) {
 	_, v, err := c.reload(rctx)
 	cancel()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.refreshing = false
 	if err != nil {
 		// Keep the value; try again in a while, not on every caller.
 		c.readAt = c.now().Add(retryFailedRefresh - c.refresh)
-		v = c.value
-	}
-	c.mu.Unlock()
-	if err != nil && c.failed != nil {
-		c.failed(err)
+		return c.value, nil
 	}
 	return v, nil
 }
 
-// reload reads the value now and returns the one it replaces.
+// reload reads the value now and returns the one it replaces. A failed
+// read keeps the value held.
 func (c *cache[T]) reload(ctx context.Context) (prev, next T, err error) {
 	next, err = c.read(ctx)
-	if err != nil {
-		return prev, next, err
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	prev = c.value
-	c.value, c.loaded, c.readAt = next, true, c.now()
-	return prev, next, nil
+	reread := c.loaded
+	if err == nil {
+		prev = c.value
+		c.value, c.loaded, c.readAt = next, true, c.now()
+	}
+	c.mu.Unlock()
+	if err != nil && reread && c.failed != nil {
+		c.failed(ctx, err)
+	}
+	return prev, next, err
 }

@@ -3,6 +3,7 @@ package secretsource
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/oncely/oncely/internal/idem"
@@ -23,6 +24,10 @@ type Document[T any] struct {
 	id    string
 	parse func(string) (T, error)
 	cache cache[T]
+
+	mu      sync.Mutex
+	failed  int
+	onError func(error)
 }
 
 // NewDocument returns a Document for the secret id (a name or an ARN),
@@ -32,12 +37,35 @@ type Document[T any] struct {
 func NewDocument[T any](api API, id string, refresh time.Duration, parse func(string) (T, error)) *Document[T] {
 	d := &Document[T]{api: api, id: id, parse: parse}
 	d.cache = newCache(refresh, d.read)
+	d.cache.failed = func(_ context.Context, err error) {
+		d.mu.Lock()
+		d.failed++
+		f := d.onError
+		d.mu.Unlock()
+		if f != nil {
+			f(err)
+		}
+	}
 	return d
 }
 
 // OnRefreshError sets f to hear of every failed re-read (the last good value
 // stays in use). Set it before use.
-func (d *Document[T]) OnRefreshError(f func(error)) { d.cache.failed = f }
+func (d *Document[T]) OnRefreshError(f func(error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onError = f
+}
+
+// TakeCounts returns the failed re-reads since the last call (in
+// RefreshFailed; a document has no versions to ignore) and starts again.
+func (d *Document[T]) TakeCounts() Counts {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := Counts{RefreshFailed: d.failed}
+	d.failed = 0
+	return c
+}
 
 // Load reads and parses the value now. Use it at init: its error names the
 // secret and what is wrong (missing, denied, not parseable), without the
@@ -52,7 +80,7 @@ func (d *Document[T]) Get(ctx context.Context) (T, error) { return d.cache.get(c
 
 func (d *Document[T]) read(ctx context.Context) (T, error) {
 	var zero T
-	value, err := readStage(ctx, d.api, d.id, "AWSCURRENT")
+	value, err := readString(ctx, d.api, d.id, StageCurrent)
 	if err != nil {
 		return zero, err
 	}

@@ -1,10 +1,17 @@
-// Package secretsource reads secrets from AWS Secrets Manager and keeps
-// them fresh, so that a rotation needs no redeploy. [Source] holds the
-// webhook signing secret: it reads the AWSCURRENT version and, during a
-// rotation, the AWSPENDING one: both are live, and deliveries are signed
-// with each (receivers verify with whichever they hold). [Document] holds
-// one secret's AWSCURRENT value parsed into a Go value (the inbound
-// webhook sources). Both share one refresh rule (see Source.Keys).
+// Package secretsource reads the webhook signing secret from AWS Secrets
+// Manager and keeps it fresh, so that a rotation needs no redeploy, reads
+// plain-text secrets (the downstream URL) once, and keeps a parsed secret
+// document fresh ([Document]: the inbound webhook sources) by the same
+// refresh rule.
+//
+// A rotation cannot break deliveries. Every version that is labelled is
+// live: AWSCURRENT, AWSPENDING (a rotation under way: receivers may already
+// hold it) and AWSPREVIOUS (the one before: receivers may still hold only
+// it), and deliveries are signed with each, until the procedure's last step
+// removes the AWSPREVIOUS label. A pending or previous version that is not
+// a valid key is ignored, with a warning and a count (never an init
+// failure); only AWSCURRENT must be valid. Once read, the keys stay in use
+// through any failed re-read, which is logged and counted.
 //
 // It is a driver: it classifies errors and never retries (the SDK does),
 // and no error, log line or value it returns ever holds the secret.
@@ -15,7 +22,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -49,24 +58,68 @@ type API interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
 }
 
-// Source holds the live keys of one secret. It is safe for concurrent use.
+// The version stages whose keys are live, in the order deliveries carry
+// their signatures.
+const (
+	StageCurrent  = "AWSCURRENT"
+	StagePending  = "AWSPENDING"
+	StagePrevious = "AWSPREVIOUS"
+)
+
+var liveStages = []string{StageCurrent, StagePending, StagePrevious}
+
+// Counts are what went wrong without stopping deliveries, since the last
+// TakeCounts: versions ignored because they are not valid keys, and
+// re-reads that failed (the keys already read stayed in use).
+type Counts struct {
+	Ignored       int
+	RefreshFailed int
+}
+
+// Source holds the live keys of one secret. It is safe for concurrent use:
+// the keys are behind the cache's mutex, the counts behind mu.
 type Source struct {
 	api   API
 	id    string
+	log   *slog.Logger
 	cache cache[[][]byte]
+
+	mu     sync.Mutex
+	counts Counts
 }
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
-// refresh (zero means DefaultRefresh). Call Load before use.
-func New(api API, id string, refresh time.Duration) *Source {
-	s := &Source{api: api, id: id}
+// refresh (zero means DefaultRefresh), warning on logger (nil: the default
+// logger). Call Load before use.
+func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Source{api: api, id: id, log: logger}
 	s.cache = newCache(refresh, s.readKeys)
+	s.cache.failed = func(ctx context.Context, err error) {
+		s.mu.Lock()
+		s.counts.RefreshFailed++
+		s.mu.Unlock()
+		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
+	}
 	return s
 }
 
+// TakeCounts returns the counts since the last call and starts them again
+// (each problem is reported once, in one invocation's metrics).
+func (s *Source) TakeCounts() Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.counts
+	s.counts = Counts{}
+	return c
+}
+
 // Load reads the keys now. Use it at init: its error says what is wrong
-// (missing secret, missing permission, a value that is not a key) without
-// the value.
+// (missing secret, missing permission, an AWSCURRENT value that is not a
+// key) without the value. An invalid pending or previous version is not
+// an error: it is ignored, logged and counted.
 func (s *Source) Load(ctx context.Context) error {
 	_, err := s.reload(ctx)
 	return err
@@ -86,8 +139,8 @@ func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.ge
 //
 // It reads on every call, deliberately: a refusal right after a rotation
 // must see the new keys, or the event is stored as a permanent failure. A
-// receiver that refuses every signature therefore costs two reads per
-// delivery (AWSCURRENT and AWSPENDING).
+// receiver that refuses every signature therefore costs three reads per
+// delivery (AWSCURRENT, AWSPENDING and AWSPREVIOUS).
 func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 	return s.reload(ctx)
 }
@@ -100,43 +153,84 @@ func (s *Source) reload(ctx context.Context) (bool, error) {
 	return !equalKeys(prev, keys), nil
 }
 
-// readKeys reads the current key and, during a rotation, the pending one.
+// readKeys reads the live keys (the cache's read); an ignored version is
+// counted and logged here, a failed re-read by the cache's failed hook.
 func (s *Source) readKeys(ctx context.Context) ([][]byte, error) {
-	current, err := s.read(ctx, "AWSCURRENT")
-	if err != nil {
-		return nil, err
+	keys, ignored, err := s.readLive(ctx)
+	s.mu.Lock()
+	s.counts.Ignored += len(ignored)
+	s.mu.Unlock()
+	// Logged outside the lock: deliveries wait on it.
+	for _, ig := range ignored {
+		s.log.WarnContext(ctx, "signing secret version ignored: it is not a valid key; deliveries are signed with the valid versions only",
+			"secret", s.id, "stage", ig.stage, "error", ig.err.Error())
 	}
-	keys := [][]byte{current}
-	pending, err := s.read(ctx, "AWSPENDING")
-	switch {
-	case err == nil && !bytes.Equal(pending, current):
-		keys = append(keys, pending)
-	case err != nil && !isNotFound(err):
-		return nil, err
+	return keys, err
+}
+
+type ignoredVersion struct {
+	stage string
+	err   error
+}
+
+// readLive reads the key of every live stage: AWSCURRENT must be a valid
+// key; a pending or previous version that is missing is not live, and one
+// that is not a valid key is ignored (and reported).
+func (s *Source) readLive(ctx context.Context) (keys [][]byte, ignored []ignoredVersion, err error) {
+	for _, stage := range liveStages {
+		key, err := s.read(ctx, stage)
+		switch {
+		case err == nil:
+			if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
+				keys = append(keys, key)
+			}
+		case stage != StageCurrent && isNotFound(err):
+		case stage != StageCurrent && isInvalid(err):
+			ignored = append(ignored, ignoredVersion{stage, err})
+		default:
+			return nil, ignored, err
+		}
 	}
-	return keys, nil
+	return keys, ignored, nil
 }
 
 // read returns the decoded key of one version stage.
 func (s *Source) read(ctx context.Context, stage string) ([]byte, error) {
-	value, err := readStage(ctx, s.api, s.id, stage)
+	value, err := readString(ctx, s.api, s.id, stage)
 	if err != nil {
 		return nil, err
 	}
 	key, err := webhooksig.DecodeSecret(value)
 	if err != nil {
-		return nil, idem.Permanent(fmt.Errorf("secret %s (%s): %w", s.id, stage, err))
+		return nil, invalid{idem.Permanent(fmt.Errorf("secret %s (%s): %w", s.id, stage, err))}
 	}
 	return key, nil
 }
 
-// readStage returns the SecretString of one version stage of secret id.
-func readStage(ctx context.Context, api API, id, stage string) (string, error) {
+// ReadString reads the AWSCURRENT value of a plain-text secret (the
+// downstream URL). Its errors name the secret, never the value.
+func ReadString(ctx context.Context, api API, id string) (string, error) {
+	return readString(ctx, api, id, StageCurrent)
+}
+
+func readString(ctx context.Context, api API, id, stage string) (string, error) {
 	out, err := api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id), VersionStage: aws.String(stage)})
 	if err != nil {
 		return "", classify(id, stage, err)
 	}
-	return aws.ToString(out.SecretString), nil
+	if out.SecretString == nil {
+		return "", idem.Permanent(fmt.Errorf("secret %s (%s) holds binary data; want a string", id, stage))
+	}
+	return *out.SecretString, nil
+}
+
+type invalid struct{ error }
+
+func (e invalid) Unwrap() error { return e.error }
+
+func isInvalid(err error) bool {
+	_, ok := errors.AsType[invalid](err)
+	return ok
 }
 
 type notFound struct{ error }
