@@ -125,6 +125,8 @@ var Codes = []Code{
 	CodeDeadline, CodeEffectConditionFailed, CodeInvalidEffects, CodeReleased, CodeOutcomeUnknown,
 	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeFIFOGroupStopped, CodeCorruptRecord,
 	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeNoIdentity,
+	CodeUnknownSource, CodeSignatureMissing, CodeSignatureMalformed, CodeSignatureMismatch, CodeTimestampOutsideTolerance,
+	CodeInboundUnavailable,
 }
 
 // PoisonReasons are the codes a poison note may carry: why a message could
