@@ -80,7 +80,7 @@ def fast_sqs_clock() -> None:
     models.unix_time, models.unix_time_millis = fast_unix_time, fast_unix_time_millis
 
 
-def trace_sqs(path: str) -> None:
+def trace_sqs(path: str):  # type: ignore[no-untyped-def]
     """Write one JSON line per SQS request and per message it touches to path.
 
     For finding out why a receive returned fewer messages than a test
