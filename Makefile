@@ -110,3 +110,4 @@ clean:
 include mk/sam.mk
 include mk/stack.mk
 include mk/crash.mk
+include mk/flake.mk
