@@ -34,6 +34,8 @@ help:
 ## test: every check and every test (what .ci/run calls)
 test: fmt-check vet tools
 	$(MAKE) --no-print-directory sam-check
+	# what waitress does at its connection limit, and that moto_server.py lifts it
+	$(VENV_MOTO)/bin/python -m unittest tools/moto_server_test.py
 	$(TEST_ENV) MOTO_SOAK=1 tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
 	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26)
 	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run TestAgainstJSONText ./internal/canonjson/

@@ -13,7 +13,9 @@ worker, each request is atomic, as DynamoDB's conditional writes are. moto
 holds the GIL for nearly all its work, so little throughput is lost.
 
 It also fixes two things in moto's SQS before serving: a bug
-(fix_fifo_redelivery_order) and a cost (fast_sqs_clock).
+(fix_fifo_redelivery_order) and a cost (fast_sqs_clock); and it lifts
+waitress's connection limit (WAITRESS_SETTINGS; tools/moto_server_test.py
+shows why).
 
     python tools/moto_server.py -H 127.0.0.1 -p PORT
 """
@@ -173,6 +175,20 @@ def trace_sqs(path: str):  # type: ignore[no-untyped-def]
     return middleware
 
 
+# waitress stops accepting connections once it holds connection_limit of
+# them (100 by default), and reads a new connection's request only when an
+# old one closes. The tests' clients keep idle connections for 90 s (a pool
+# per client, per emulated function), so during make test the servers held
+# 100 and new connections waited: the DynamoDB server logged the limit 14
+# times in one flake hunt. A call its client gave up on meanwhile was read
+# and run when accepted, after calls made since on older connections (the
+# end-to-end outage test's failure: the function's ChangeMessageVisibility
+# of 226 s ran after the test's own visibility change to 0, and hid the
+# message again). No limit the tests reach, then; poll, because select()
+# cannot watch descriptors past 1024.
+WAITRESS_SETTINGS = {"connection_limit": 4000, "asyncore_use_poll": True}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -185,7 +201,7 @@ def main() -> None:
     app = DomainDispatcherApplication(create_backend_app)
     if os.environ.get("MOTO_TRACE_SQS"):
         app = trace_sqs(os.environ["MOTO_TRACE_SQS"])(app)
-    waitress.serve(app, host=args.host, port=args.port, threads=args.threads, ident="moto")
+    waitress.serve(app, host=args.host, port=args.port, threads=args.threads, ident="moto", **WAITRESS_SETTINGS)
 
 
 if __name__ == "__main__":
