@@ -74,6 +74,10 @@ type fn struct {
 	table  string
 	client *dynamodb.Client
 	secret string // the signing secret's value, as receivers get it (whsec_…)
+	// secretARN is the signing secret; sm the Secrets Manager it is on.
+	secretARN string
+	sm        *secretsmanager.Client
+	hookURL   string // the downstream's base URL
 }
 
 func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
@@ -89,6 +93,7 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	f.client, _ = ddblocal.Client(ddblocal.Config(moto, nil))
 	f.table = ddblocal.NewTable(t, f.client)
 	hs := httptest.NewServer(f.down)
+	f.hookURL = hs.URL
 	t.Cleanup(func() { f.down.Close(); hs.Close() })
 	// Every function signs its deliveries, as deployed: with a secret made
 	// the way the template makes it (32 characters, no punctuation).
@@ -99,6 +104,7 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.sm, f.secretARN = sm, *out.ARN
 	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
 		DynamoDB: moto, SQS: sqslocal.EndpointFromEnv(), Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e",
 		TimeoutSeconds: timeoutSeconds, WebhookSecret: *out.ARN,
