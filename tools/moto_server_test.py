@@ -10,6 +10,7 @@ over plain sockets.
 """
 import http.client
 import json
+import logging
 import os
 import socket
 import sys
@@ -22,6 +23,9 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moto_server  # noqa: E402
+
+# The limit warning the first test provokes, and waitress's queue notices.
+logging.getLogger("waitress").setLevel(logging.ERROR)
 
 HEADERS = {
     "Content-Type": "application/x-amz-json-1.0",
