@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -28,6 +27,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/rie"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
+	"github.com/oncely/oncely/internal/testing/webhooksender"
 )
 
 // Environment the tests read.
@@ -97,10 +97,10 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 	t.Cleanup(func() { f.down.Close(); hs.Close() })
 	// Every function signs its deliveries, as deployed: with a secret made
 	// the way the template makes it (32 characters, no punctuation).
-	value := alphanumeric(32)
+	value := webhooksender.Alphanumeric(32)
 	f.secret = "whsec_" + value
 	sm := secretsmanager.NewFromConfig(ddblocal.Config(moto, nil))
-	out, err := sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-" + alphanumeric(8)), SecretString: &value})
+	out, err := sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-" + webhooksender.Alphanumeric(8)), SecretString: &value})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,18 +120,6 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 		}
 	})
 	return f
-}
-
-// alphanumeric is n random characters from [A-Za-z0-9], as CloudFormation's
-// GenerateSecretString makes them without punctuation.
-func alphanumeric(n int) string {
-	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return string(b)
 }
 
 func sqsBatch(t *testing.T, msgs ...[2]string) []byte {
@@ -380,7 +368,7 @@ func TestE2EBadConfigurationFailsInitWithOneLine(t *testing.T) {
 // DynamoDB's error code, instead of every message failing with a log line
 // that names neither.
 func TestE2EMisspelledTableFailsInit(t *testing.T) {
-	typo := "idem-tabel-" + alphanumeric(8)
+	typo := "idem-tabel-" + webhooksender.Alphanumeric(8)
 	f := start(t, 10, "IDEMPOTENCY_TABLE="+typo)
 	body, err := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
 	if err != nil {

@@ -92,6 +92,28 @@ const (
 	// Lambda authorizer without principalId). Refused before any store call
 	// (401): such a request has no key space of its own to be scoped to.
 	CodeNoIdentity Code = "NO_IDENTITY"
+
+	// Inbound webhook codes (POST /webhooks/{source}, package inbound): a
+	// delivery refused before any store or queue call.
+
+	// CodeUnknownSource: no source of that name is configured (404).
+	CodeUnknownSource Code = "UNKNOWN_SOURCE"
+	// CodeSignatureMissing: a header the source's scheme signs with is
+	// absent (401).
+	CodeSignatureMissing Code = "SIGNATURE_MISSING"
+	// CodeSignatureMalformed: a signature or timestamp header cannot be
+	// read, or carries no signature of the scheme's version (401).
+	CodeSignatureMalformed Code = "SIGNATURE_MALFORMED"
+	// CodeSignatureMismatch: no signature matches any of the source's
+	// secrets: a wrong secret, or a body or id changed on the way (401).
+	CodeSignatureMismatch Code = "SIGNATURE_MISMATCH"
+	// CodeTimestampOutsideTolerance: the signature matches, but its
+	// timestamp is too far from now: a replay, or a clock far off (401).
+	CodeTimestampOutsideTolerance Code = "TIMESTAMP_OUTSIDE_TOLERANCE"
+	// CodeInboundUnavailable: a verified delivery could not be queued (or
+	// the sources could not be read); nothing was queued: the sender
+	// retries (503, or 500 when a retry cannot help).
+	CodeInboundUnavailable Code = "INBOUND_UNAVAILABLE"
 )
 
 // sentences are the fixed sentences stored with failures, by code. A
@@ -120,6 +142,26 @@ func Sentence(code Code) string {
 		return s
 	}
 	return sentences[CodePermanentFailure]
+}
+
+// Codes lists every code above, engine and adapter codes alike, in the
+// order they are declared: the vocabulary operators filter by (oncelyctl
+// list --code). A test checks that it names every constant.
+var Codes = []Code{
+	CodeInvalidKey, CodeInvalidPayload, CodeKeyReused, CodeInProgress, CodePermanentFailure, CodeRetryExhausted,
+	CodeTransientFailure, CodeLeaseLost, CodePanic, CodeResultTooLarge, CodeStoreUnavailable, CodeStoreMisconfigured,
+	CodeDeadline, CodeEffectConditionFailed, CodeInvalidEffects, CodeReleased, CodeOutcomeUnknown,
+	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeFIFOGroupStopped, CodeCorruptRecord,
+	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeNoIdentity,
+	CodeUnknownSource, CodeSignatureMissing, CodeSignatureMalformed, CodeSignatureMismatch, CodeTimestampOutsideTolerance,
+	CodeInboundUnavailable,
+}
+
+// PoisonReasons are the codes a poison note may carry: why a message could
+// not be processed as an event. The SQS adapter stores no other (its fuzz
+// test checks every note it writes against this list).
+var PoisonReasons = []Code{
+	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeInvalidKey, CodeInvalidPayload, CodeKeyReused,
 }
 
 // Error is the error every [Engine.Do] failure is. It says what happened in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/sqsbatch"
 )
 
@@ -24,7 +26,8 @@ const canary = "c0ffee5eed5ca1ab1e"
 //   - no panic, and an answer for every record (no empty identifiers);
 //   - a message is acknowledged only when the store says what happened: a
 //     stored success, a stored permanent failure, or a poison note;
-//   - poison notes fit (bounded description) and never quote the body.
+//   - poison notes fit (bounded description), never quote the body, carry
+//     a reason from idem.PoisonReasons and name the key if one was computed.
 //
 // Run longer with: go test -run '^$' -fuzz FuzzRecords ./internal/sqsbatch/
 func FuzzRecords(f *testing.F) {
@@ -56,6 +59,12 @@ func FuzzRecords(f *testing.F) {
 		{strings.Repeat(`[`, 1001) + strings.Repeat(`]`, 1001), "1", "", 500},
 		{`{"id":"num-1","action":"notify","n":[-0.0,1E2,5e-324,1e21,0.1e1,9007199254740993]}`, "1", "", 9},
 		{`{"id":"num-2","action":"notify","n":1e400}`, "1", "", 9},
+		// Inbound envelopes: the canary in the delivery id, the sender's
+		// body, the source's name; a Stripe envelope whose id then differs.
+		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 81},
+		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 97},
+		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 32},
+		{`{"oncely_inbound":1,"source":"pay","scheme":"stripe","delivery_id":"evt_1","body":{"id":"evt_1","pending_webhooks":1}}`, "1", "", 93},
 	}
 	for _, s := range seeds {
 		f.Add(s.body, s.receive, s.group, s.at)
@@ -114,15 +123,36 @@ func FuzzRecords(f *testing.F) {
 				if sum := sha256.Sum256([]byte(body)); note.BodySHA256 != hex.EncodeToString(sum[:]) || note.BodySize != len(body) {
 					t.Fatalf("note %+v does not describe this body", note)
 				}
+				// Operators filter notes by reason against idem's list: a
+				// reason outside it would be refused as unknown.
+				if !slices.Contains(idem.PoisonReasons, note.Reason) {
+					t.Fatalf("note reason %s is not in idem.PoisonReasons %v", note.Reason, idem.PoisonReasons)
+				}
+				if note.Key != r.Key {
+					t.Fatalf("note names key %q, the record's result %q", note.Key, r.Key)
+				}
 			default:
 				rec, found, _ := fx.store.Get(context.Background(), r.Key, time.Now())
 				if !found || (rec.Status != idem.StatusSucceeded && (rec.Status != idem.StatusFailed || rec.Retryable)) {
 					t.Fatalf("%s acknowledged (%s) but the record is %+v (found %v)", r.MessageID, r.Label, rec, found)
 				}
-				if req, err := fx.keys.Request([]byte(body)); err != nil || req.Fingerprint != rec.Fingerprint {
+				if req, err := requestOf(fx, []byte(body)); err != nil || req.Fingerprint != rec.Fingerprint || req.Key != r.Key {
 					t.Fatalf("%s acknowledged under a record of another payload (%v)", r.MessageID, err)
 				}
 			}
 		}
 	})
+}
+
+// requestOf is the request a body must be recorded under: an inbound
+// envelope's own, or the configured expressions'.
+func requestOf(fx *fixture, body []byte) (idem.Request, error) {
+	if !inbound.IsEnvelope(body) {
+		return fx.keys.Request(body)
+	}
+	env, err := inbound.DecodeEnvelope(body)
+	if err != nil {
+		return idem.Request{}, err
+	}
+	return env.Request()
 }
