@@ -48,7 +48,11 @@ type API interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
 }
 
-// Source holds the live keys of one secret. It is safe for concurrent use.
+// Source holds the live keys of one secret. It is safe for concurrent use:
+// under Lambda Managed Instances one Source serves every invocation of the
+// process, so reads may overlap (a periodic refresh, and a Reload after a
+// refused signature); the keys held are always those of the read that began
+// last among those that finished, never an older read that finished later.
 type Source struct {
 	api     API
 	id      string
@@ -59,6 +63,9 @@ type Source struct {
 	keys       [][]byte
 	readAt     time.Time
 	refreshing bool
+	// begun numbers the reads as they start; held is the number of the
+	// read whose keys are held.
+	begun, held uint64
 }
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
@@ -99,20 +106,32 @@ func (s *Source) Keys(ctx context.Context) ([][]byte, error) {
 		return s.current(), nil
 	}
 	if refresh {
-		// Within the delivery's own deadline too: a slow refresh must not
-		// push the request it signs past its time.
-		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
-		_, err := s.reload(rctx)
-		cancel()
+		s.refreshNow(ctx)
+	}
+	return s.current(), nil
+}
+
+// refreshNow re-reads the keys for Keys, which has marked the refresh as
+// running.
+func (s *Source) refreshNow(ctx context.Context) {
+	err := errors.New("the refresh did not finish")
+	defer func() {
+		// Deferred, so that a panic in the read (recovered by the caller's
+		// caller) cannot leave the mark set: every later Keys call in the
+		// process would skip the refresh forever.
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.refreshing = false
 		if err != nil {
 			// Keep the keys; try again in a while, not on every delivery.
 			s.readAt = s.now().Add(retryFailedRefresh - s.refresh)
 		}
-		s.mu.Unlock()
-	}
-	return s.current(), nil
+	}()
+	// Within the delivery's own deadline too: a slow refresh must not push
+	// the request it signs past its time.
+	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	_, err = s.reload(rctx)
 }
 
 func (s *Source) current() [][]byte {
@@ -122,8 +141,8 @@ func (s *Source) current() [][]byte {
 }
 
 // Reload reads the keys again now (the caller does this when a receiver
-// refuses a signature) and reports whether they differ from the keys held
-// before. A caller comparing with the keys it signed with must compare
+// refuses a signature) and reports whether the keys held now differ from
+// those held when it was called. A caller comparing with the keys it signed with must compare
 // those itself: another delivery may have reloaded first.
 //
 // It reads on every call, deliberately: a refusal right after a rotation
@@ -135,6 +154,10 @@ func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 }
 
 func (s *Source) reload(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	s.begun++
+	n, before := s.begun, s.keys
+	s.mu.Unlock()
 	current, err := s.read(ctx, "AWSCURRENT")
 	if err != nil {
 		return false, err
@@ -149,9 +172,12 @@ func (s *Source) reload(ctx context.Context) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	changed := !equalKeys(s.keys, keys)
-	s.keys, s.readAt = keys, s.now()
-	return changed, nil
+	if n > s.held {
+		s.keys, s.readAt, s.held = keys, s.now(), n
+	}
+	// Else a read that began after this one has already stored its keys:
+	// this one may hold the version before a rotation, so it is dropped.
+	return !equalKeys(before, s.keys), nil
 }
 
 // read returns the decoded key of one version stage.
