@@ -43,6 +43,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// One line per process: what it serves at once and what it runs with
+	// (under Managed Instances a process lives long and serves many
+	// invocations at once; this says how it was sized).
+	slog.Info("runtime settings", "max_concurrency", lambdacontext.MaxConcurrency(),
+		"gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit_bytes", debug.SetMemoryLimit(-1))
 	lambda.Start(r.Invoke)
 }
 
