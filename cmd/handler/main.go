@@ -35,6 +35,11 @@ import (
 // initSecretTimeout bounds the signing secret's first read at init.
 const initSecretTimeout = 5 * time.Second
 
+// wrapStore, when a build-tagged file sets it (faults.go, for the
+// end-to-end tests only), wraps the engine's store. The deployed bootstrap
+// never sets it.
+var wrapStore func(*ddbstore.Store) idem.Store
+
 func main() {
 	tuneRuntime(config.RuntimeSettings(os.Getenv))
 	r, err := wire(context.Background())
@@ -83,8 +88,12 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	var engineStore idem.Store = store
+	if wrapStore != nil {
+		engineStore = wrapStore(store)
+	}
 	budget := idem.Budget{}
-	engine, err := idem.New(idem.Options{Store: store, Retry: cfg.Retry, Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
+	engine, err := idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
