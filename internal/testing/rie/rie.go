@@ -13,10 +13,13 @@
 // With AWS_LAMBDA_MAX_CONCURRENCY in its environment the emulator runs its
 // Lambda Managed Instances mode instead (its source:
 // internal/lambda-managed-instances), and behaves otherwise, as read in
-// its source and checked by internal/e2e's managed-instances test: it
-// passes AWS_LAMBDA_MAX_CONCURRENCY on to the runtime and serves that many
-// invocations at once to one runtime process; it starts the runtime at
-// once, not on the first invoke; an invoke that finds no idle runtime
+// its source and checked by internal/e2e's managed-instances test: it runs
+// only /var/runtime/bootstrap, /var/task/bootstrap or /opt/bootstrap
+// (never the one on its command line), from /var/task, as uid 993 (so
+// Start runs it as root in a mount namespace of its own, see
+// managedCommand); it passes AWS_LAMBDA_MAX_CONCURRENCY on to the runtime
+// and serves that many invocations at once to one runtime process; it
+// starts the runtime at once, not on the first invoke; an invoke that finds no idle runtime
 // worker is refused (400, Error-Type Runtime.Unavailable) instead of
 // queued, which happens for a moment after each answer, until the worker
 // asks for its next invocation (InvokeAs retries it); X-Amzn-RequestId
