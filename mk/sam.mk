@@ -9,15 +9,17 @@ SAM_BOOTSTRAP := .aws-sam/build/NotifyFunction/bootstrap
 # binary lands in bin/ (git-ignored) instead of /bootstrap.
 ARTIFACTS_DIR ?= $(CURDIR)/bin
 
-.PHONY: build-NotifyFunction sam-check
+.PHONY: build-NotifyFunction sam-check template-managed-instances
 
 ## build-NotifyFunction: the Lambda binary (linux/arm64, provided.al2023), as sam build calls it
 build-NotifyFunction:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./cmd/handler
 
-## sam-check: sam validate --lint, sam build (no Docker), and an arm64 ELF bootstrap
-sam-check: $(VENV_SAM)/.installed
+## sam-check: sam validate --lint, sam build (no Docker), and an arm64 ELF bootstrap; the managed-instances variant validated too
+sam-check: $(VENV_SAM)/.installed template-managed-instances
 	$(SAM_ENV) $(SAM) validate --lint
+	$(SAM_ENV) $(SAM) validate --lint --template-file $(MI_TEMPLATE)
+	$(SAM_ENV) $(SAM) validate --template-file $(MI_TEMPLATE)
 	$(SAM_ENV) $(SAM) build --build-in-source
 	@bin=$(SAM_BOOTSTRAP); \
 	if [ ! -f "$$bin" ]; then echo "sam-check: $$bin was not built" >&2; exit 1; fi; \
@@ -30,3 +32,13 @@ sam-check: $(VENV_SAM)/.installed
 	fi; \
 	if command -v file >/dev/null; then file -b "$$bin"; fi; \
 	echo "sam-check: OK: template valid and linted; $$bin is a linux/arm64 ELF ($$(wc -c <"$$bin") bytes)"
+
+# The Lambda Managed Instances variant of template.yaml (optional; the
+# default deploy stays on Lambda's own fleet). tools/managed_instances.py
+# says what it changes; the README's deploy section how to use it.
+MI_TEMPLATE := .aws-sam/managed-instances/template.yaml
+
+## template-managed-instances: write the Lambda Managed Instances variant of template.yaml to .aws-sam/managed-instances/
+template-managed-instances: $(VENV_SAM)/.installed
+	mkdir -p $(dir $(MI_TEMPLATE))
+	$(VENV_SAM)/bin/python tools/managed_instances.py template.yaml $(MI_TEMPLATE)
