@@ -56,7 +56,18 @@ func main() {
 	starts := flag.Int("starts", 20, "cold starts")
 	profBoot := flag.String("profile-bootstrap", "", "bootstrap built with -tags benchprofile; profiles one more end-to-end run")
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
+	managedEvents := flag.Int("managed-events", 4000, "events per run of the managed-instances section")
+	managedRuns := flag.Int("managed-runs", 3, "runs per setting of the managed-instances section")
+	only := flag.String("only", "", `run only one section ("managed": 6, Lambda Managed Instances), print it and write no report`)
 	flag.Parse()
+	if *only == "managed" {
+		f, err := managedInstances(context.Background(), *rieBin, *boot, *managedEvents, *managedRuns)
+		fail(err)
+		fail(report(os.Stdout, "", f, "", "", ""))
+		return
+	} else if *only != "" {
+		fail(fmt.Errorf("-only %q: the one section that runs alone is managed", *only))
+	}
 	moto := os.Getenv(ddblocal.EnvMoto)
 	if moto == "" {
 		fail(errors.New(ddblocal.EnvMoto + " is not set: run `make bench`, which starts moto"))
@@ -76,6 +87,9 @@ func main() {
 	fail(err)
 	figs = append(figs, f...)
 	f, err = coldStart(ctx, moto, *rieBin, *boot, *starts)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = managedInstances(ctx, *rieBin, *boot, *managedEvents, *managedRuns)
 	fail(err)
 	figs = append(figs, f...)
 	bootProfile := ""
@@ -666,6 +680,9 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile, boot
 	}
 	if b, err := os.ReadFile(profile); err == nil && len(b) > 0 {
 		fmt.Fprintf(&md, "\n### Where the engine's time goes (`go test -bench BenchmarkEngineFresh -cpuprofile`, `go tool pprof -top`)\n\n```\n%s```\n", b)
+	}
+	if path == "" {
+		return nil
 	}
 	return os.WriteFile(path, []byte(md.String()), 0o644)
 }
