@@ -9,7 +9,7 @@ STACK_DIR := $(TOOLS)/stack
 oncelyctl:
 	$(GO) build -o bin/oncelyctl ./cmd/oncelyctl
 
-## stack: moto, the function under the emulator and a fake downstream, up until Ctrl-C (README, "Operating")
+## stack: moto, the function under the emulator and a fake downstream, up until Ctrl-C (docs/operating.md)
 stack:
 	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
 	$(MAKE) --no-print-directory host-bootstrap oncelyctl

@@ -132,7 +132,7 @@ In another terminal:
   source %s
   oncelyctl config
 
-Then follow the README's "Operating" walkthrough. Ctrl-C stops everything.
+Then follow the walkthrough in docs/operating.md. Ctrl-C stops everything.
 `, moto, table, namespace, functionURL, logPath, webhook, envFile)
 	<-ctx.Done()
 	fmt.Fprintln(w, "\nstopping: the emulator and the function, the fake downstream, then moto")

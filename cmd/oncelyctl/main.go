@@ -1,7 +1,7 @@
 // Command oncelyctl is the operator's tool for oncely's idempotency
 // records: get, list, stats, release, forget. It wires the process to
 // package opsctl, which holds the commands (run oncelyctl -h, or see the
-// README's "Operating").
+// docs/operating.md).
 package main
 
 import (

@@ -22,7 +22,7 @@ import (
 )
 
 // The environment variables, all in one place. Variables lists them for
-// the checks that keep template.yaml and the README in step.
+// the checks that keep template.yaml and the docs in step.
 const (
 	EnvTable               = "IDEMPOTENCY_TABLE"
 	EnvNamespace           = "IDEMPOTENCY_NAMESPACE"
@@ -75,7 +75,7 @@ const (
 
 // Config is the validated configuration. A zero field was not set: the
 // package that owns the setting applies its own default (documented there
-// and in the README), so no default is written twice.
+// and in docs/configuration.md), so no default is written twice.
 type Config struct {
 	Table             string
 	Namespace         string
@@ -144,7 +144,7 @@ func Load(getenv func(string) string) (Config, error) {
 		c.Signing = Signing{Off: true} // nothing is delivered, so nothing is signed
 	}
 	if p.err == nil && !c.Signing.Off && c.Signing.Secret == "" {
-		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which the README's security section explains)", "")
+		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which docs/security.md explains)", "")
 	}
 	if c.Namespace == "" {
 		c.Namespace = getenv(EnvFunctionName)

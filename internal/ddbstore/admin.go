@@ -15,7 +15,7 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 )
 
-// The operators' additions to the table contract (README, "The table").
+// The operators' additions to the table contract (docs/table.md).
 //
 // The triage index is a sparse global secondary index: only FAILED records
 // and poison notes carry its key. Fail and RecordPoison set it, an

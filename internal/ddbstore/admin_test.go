@@ -404,7 +404,7 @@ func TestOperatorErrorsNameTheOperatorsCredentials(t *testing.T) {
 // TestListCostIndexVersusScan measures what listing the failed records
 // costs both ways on moto, with records written by the store: the index
 // reads only the failed ones, a scan reads the whole table. Set
-// ONCELY_MEASURE_RECORDS to measure a larger table (the README's numbers).
+// ONCELY_MEASURE_RECORDS to measure a larger table (docs/operating.md's numbers).
 func TestListCostIndexVersusScan(t *testing.T) {
 	e := motoEnv(t)
 	a := e.admin(t)

@@ -34,7 +34,7 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 )
 
-// Attribute names: the table contract in the README. TTLAttribute is the
+// Attribute names: the table contract in docs/table.md. TTLAttribute is the
 // table's TTL attribute; the SAM template must name the same one.
 const (
 	AttrPK          = "pk"

@@ -49,7 +49,7 @@ func (f *fn) ctl(stdin string, args ...string) (stdout, stderr string, code int)
 	return out.String(), errOut.String(), code
 }
 
-// TestE2EOperatorReleasesPermanentFailures is the README's incident: a
+// TestE2EOperatorReleasesPermanentFailures is the incident of docs/operating.md: a
 // downstream bug answers 422 to refunds, so they fail for good and are
 // acknowledged; oncelyctl finds them and explains them; the bug is fixed;
 // oncelyctl releases them; the producer sends them again, and each runs

@@ -56,7 +56,7 @@ type Options struct {
 }
 
 // Engine runs actions at most once per key, as far as its Store allows (see
-// the README's "Guarantees and limits"). It is safe for concurrent use.
+// docs/guarantees.md). It is safe for concurrent use.
 type Engine struct {
 	o         Options
 	leaseLost atomic.Int64

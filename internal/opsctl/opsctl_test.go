@@ -120,7 +120,7 @@ func succeed(result string) func(*idem.Finish) {
 	return func(f *idem.Finish) { f.Result = []byte(result) }
 }
 
-// seedIncident writes the records of the README's incident.
+// seedIncident writes the records of the incident of docs/operating.md.
 func (f *fixture) seedIncident() {
 	f.write("evt:order-1001:refund", now.Add(-10*time.Minute), 30*time.Second, failWith("HTTP_422", `422 from downstream: {"error":"currency missing"}`, false, 1))
 	f.write("evt:order-1002:refund", now.Add(-9*time.Minute), 30*time.Second, failWith("HTTP_422", `422 from downstream: {"error":"currency missing"}`, false, 1))

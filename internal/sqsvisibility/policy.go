@@ -99,7 +99,7 @@ func (p Policy) backoffCap(n int) time.Duration {
 // Range returns the shortest and longest total time a message spends
 // failing before the queue moves it to its DLQ after maxReceives receives:
 // the sum of the backoff delays at each receive, at their floor and at their
-// cap. It documents a configuration; the README quotes it for the template.
+// cap. It documents a configuration; docs/how-it-works.md quotes it for the template.
 func (p Policy) Range(maxReceives int) (shortest, longest time.Duration) {
 	for n := 1; n <= maxReceives; n++ {
 		shortest += p.Delay(Backoff, n, 0, 0, 0)

@@ -52,7 +52,7 @@ func TestDelay(t *testing.T) {
 }
 
 // Range documents the template's configuration: 30 s base, 15 min cap, the
-// DLQ after 8 receives (README "Retries across deliveries").
+// DLQ after 8 receives (docs/how-it-works.md, "Retries across deliveries").
 func TestRange(t *testing.T) {
 	shortest, longest := sqsvisibility.Policy{Base: 30 * time.Second, Max: 15 * time.Minute}.Range(8)
 	if shortest != 1815*time.Second || longest != 3630*time.Second {

@@ -21,7 +21,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/faults"
 )
 
-// Window is a documented window for a duplicate delivery (README,
+// Window is a documented window for a duplicate delivery (docs/guarantees.md,
 // "Guarantees and limits").
 type Window string
 
