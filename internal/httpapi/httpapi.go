@@ -53,7 +53,8 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
-// Handler serves API Gateway v2 requests.
+// Handler serves API Gateway v2 requests. It is safe for concurrent use:
+// its options are read-only once New returns.
 type Handler struct{ o Options }
 
 // New returns a Handler, or an error naming the missing option.
