@@ -55,7 +55,7 @@ const (
 	managedTimeout = 8 // AWS_LAMBDA_FUNCTION_TIMEOUT, seconds
 	// takeOverLease is the lease of the take-over function: short, so that
 	// it ends while its owner's invocation is still in flight.
-	takeOverLease = 1500 * time.Millisecond
+	takeOverLease = 3 * time.Second
 )
 
 var (
@@ -196,8 +196,9 @@ func startManaged(t *testing.T, prefix string, o fnOptions) *managedFn {
 	t.Helper()
 	o.bootstrap = raceBootstrap(t)
 	o.timeout = managedTimeout
-	// Requests held at the downstream stay one attempt: 5 s, not 1 s.
-	o.env = append([]string{"AWS_LAMBDA_MAX_CONCURRENCY=" + strconv.Itoa(managedSlots), "NOTIFY_TIMEOUT=5s"}, o.env...)
+	// A request held at the downstream stays one attempt: it may take all
+	// the time the invocation leaves for work (its timeout less 1 s).
+	o.env = append([]string{"AWS_LAMBDA_MAX_CONCURRENCY=" + strconv.Itoa(managedSlots), fmt.Sprintf("NOTIFY_TIMEOUT=%ds", managedTimeout-1)}, o.env...)
 	m := &managedFn{fn: startWith(t, o), prefix: prefix, calls: map[string]*call{}}
 	// This mode starts the runtime at once; an init that fails ends it.
 	waitFor(t, 30*time.Second, "the runtime process did not start (its init failed?)", func() bool { return m.emu.RuntimePID() != 0 })
@@ -322,7 +323,7 @@ func TestE2EManagedInstances(t *testing.T) {
 	m := startManaged(t, "mi", fnOptions{down: down, downURL: hs.URL + "/webhook", store: store, name: "oncely-mi", secrets: sqslocal.EndpointFromEnv(),
 		env: []string{"WEBHOOK_SECRET_REFRESH=200ms", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024"}})
 	lease := startManaged(t, "lease", fnOptions{down: down, downURL: hs.URL + "/webhook", store: store, name: "oncely-mi-lease",
-		env: []string{"NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_LEASE=" + takeOverLease.String()}})
+		env: []string{"NOTIFY_TIMEOUT=2s", "IDEMPOTENCY_LEASE=" + takeOverLease.String()}})
 	pid := m.emu.RuntimePID()
 	if pid == 0 {
 		t.Fatal("the managed-instances emulator has no runtime process")
@@ -542,6 +543,23 @@ func TestE2EManagedInstances(t *testing.T) {
 					t.Errorf("API %s answered %q and %q; want one stored response", key, bodies[0], b)
 				}
 			}
+			if n := down.Count(httpapi.ScopedKey("anonymous", key)); n != 1 {
+				t.Errorf("API %s: %d deliveries; want 1", key, n)
+			}
+		}
+		// Every event of the load, the shared ones and the copies within a
+		// batch included, was delivered once.
+		events := 0
+		for key, n := range down.Counts() {
+			if strings.HasPrefix(key, "evt:load-") {
+				events++
+				if n != 1 {
+					t.Errorf("%s: %d deliveries; want 1", key, n)
+				}
+			}
+		}
+		if events == 0 {
+			t.Error("no event of the load reached the downstream")
 		}
 		// Sent after the rotation was read: signed with the new key.
 		after := m.sqs([2]string{"load-after-m1", eventBody("load-after-a")})
@@ -693,7 +711,7 @@ func TestE2EManagedInstances(t *testing.T) {
 
 	t.Run("a take-over while the owner's invocation is in flight", func(t *testing.T) {
 		// The owner delivers, but its completion is held at DynamoDB past
-		// its 1.5 s lease; another invocation of the same process takes the
+		// its 3 s lease; another invocation of the same process takes the
 		// key over, delivers and completes; then the owner's completion
 		// lands, fenced by its token.
 		owner := make(chan *call)
