@@ -43,12 +43,15 @@ import (
 // the race detector, and with -tags e2efaults, whose store panics on
 // "panic-" keys (cmd/handler/faults.go).
 //
-// Nothing in this file needs a runtime API of its own: the emulator has
-// what the test asks for (concurrent invocations to one process, request
-// ids chosen by the caller, per-invocation deadlines, a late answer
-// refused). What it lacks, and the test does not need, is in package rie's
-// doc: it refuses an invoke when no worker is idle (rie.InvokeAs waits and
-// sends it again) and it never replaces a runtime that exited (it exits).
+// No runtime API of our own was needed: the emulator has what the test asks
+// for (concurrent invocations to one process, request ids chosen by the
+// caller, a deadline per invocation, a late answer refused). Where it falls
+// short, package rie works around it (its doc says how): it runs only a
+// bootstrap at /var/task/bootstrap (or /var/runtime, /opt), as uid 993, so
+// rie runs it as root in a mount namespace of its own; it refuses an invoke
+// while no worker is idle, so rie.InvokeAs sends it again; it never replaces
+// a runtime that exited (it exits too), which the test reads as the process
+// having died.
 
 const (
 	managedSlots   = 8 // AWS_LAMBDA_MAX_CONCURRENCY
