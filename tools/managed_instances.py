@@ -18,7 +18,7 @@ first, never edited by hand. Every AWS::Serverless::Function gets:
   points the function's event sources and API routes at the alias.
 
 Its output is checked by `make sam-check` (sam validate, with and without
---lint). The README's deploy section says what else the account needs.
+--lint). docs/deploy.md says what else the account needs.
 """
 
 import os

@@ -150,7 +150,7 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 		}
 		wg.Wait()
 	}()
-	startEmu := func() (*rie.Emulator, error) {
+	startEmu := func(local rie.Local) (*rie.Emulator, error) {
 		e, err := rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Env: local.Env()})
 		if err == nil {
 			emus = append(emus, e)
@@ -169,7 +169,7 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 		}
 		var invokers []esm.Invoker
 		for range s.MaximumConcurrency {
-			e, err := startEmu()
+			e, err := startEmu(local)
 			if err != nil {
 				return err
 			}
@@ -190,7 +190,14 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 	if std == nil || fifo == nil {
 		return fmt.Errorf("%s: want a standard and a FIFO queue source", tplPath)
 	}
-	apiEmu, err := startEmu()
+	// The API has a function of its own (same bootstrap, its own timeout
+	// and in-call settings); its timeout is not scaled: no step of the
+	// demo waits for it, and a tenth of it would leave no time for work.
+	apiLocal := local
+	if api, ok := tpl.Functions[tpl.API]; ok {
+		apiLocal.TimeoutSeconds, apiLocal.Extra = int(api.Timeout.Seconds()), functionEnv(api)
+	}
+	apiEmu, err := startEmu(apiLocal)
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, dir, bin string) error 
 	}
 	defer logFile.Close()
 	emu, err := rie.Start(rie.Options{RIE: rieBin, Bootstrap: boot, Log: logFile, Env: rie.Local{
-		DynamoDB: moto, Table: table, DownstreamURL: webhook + "/webhook", Name: "oncely-NotifyFunction", TimeoutSeconds: 30,
+		DynamoDB: moto, Table: table, DownstreamURL: webhook + "/webhook", Name: "oncely-QueueFunction", TimeoutSeconds: 30,
 		Extra: []string{
 			"IDEMPOTENCY_NAMESPACE=" + namespace,
 			"IDEMPOTENCY_KEY_JMESPATH=" + eventkey.DefaultExpression,

@@ -1,6 +1,8 @@
 // Command handler is the Lambda function: one bootstrap binary serving SQS
-// batches and API Gateway HTTP API requests. It only wires the pieces:
-// configuration, the DynamoDB store, the engine, the action, lambda.Start.
+// batches and API Gateway HTTP API requests. The template deploys it twice,
+// as the queue function and the API function, each with its own settings.
+// It only wires the pieces: configuration, the DynamoDB store, the engine,
+// the action, lambda.Start.
 //
 // # Many invocations in one process
 //
@@ -13,7 +15,8 @@
 // lock, to stdout); the AWS SDK clients and their connection pools; the
 // DynamoDB store (no state of its own); the engine (one atomic counter);
 // the signing keys (secretsource.Source: reads may overlap, the newest
-// read's keys win, a failed or panicking refresh leaves the last good keys);
+// read's keys win, a failed or panicking refresh leaves the last good keys,
+// and each problem it counts is taken by one invocation's metrics);
 // the notifier and its HTTP client; the router (its metrics writer gets one
 // Write per EMF document, which an *os.File keeps whole; FirstInvoke runs
 // once, the first invocations waiting for it).
@@ -44,6 +47,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -104,6 +108,26 @@ func tuneRuntime(r config.Runtime) {
 	}
 }
 
+// downstreamURL is the plain variable (local runs), or the value of the
+// secret that holds the URL, read once at init (bounded like the signing
+// secret's first read). Neither the value nor an error about it is logged
+// with the URL: only the secret's name.
+func downstreamURL(ctx context.Context, sm secretsource.API, cfg config.Config) (string, error) {
+	if cfg.DownstreamURLSecret == "" {
+		return cfg.DownstreamURL, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+	defer cancel()
+	u, err := secretsource.ReadString(rctx, sm, cfg.DownstreamURLSecret)
+	if err != nil {
+		return "", fmt.Errorf("config: %s: %w", config.EnvDownstreamURLSecret, err)
+	}
+	if err := config.CheckDownstreamURL(u); err != nil {
+		return "", fmt.Errorf("config: %s: secret %s: %w", config.EnvDownstreamURLSecret, cfg.DownstreamURLSecret, err)
+	}
+	return strings.TrimSpace(u), nil
+}
+
 func wire(ctx context.Context) (*router.Router, error) {
 	logger := slog.New(lambdacontext.NewLogHandler())
 	slog.SetDefault(logger)
@@ -133,15 +157,24 @@ func wire(ctx context.Context) (*router.Router, error) {
 	}
 	var act action.Func
 	var notifier *notify.Notifier
+	var keys *secretsource.Source
 	switch cfg.Action {
 	case config.ActionLedger:
 		act = (&ledger.Ledger{Table: cfg.LedgerTable}).Do
 	default:
-		notifier = notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
+		sm := secretsmanager.NewFromConfig(awsCfg)
+		downstream, err := downstreamURL(ctx, sm, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if w := config.PlainHTTPWarning(downstream, os.Getenv); w != "" {
+			logger.WarnContext(ctx, "misconfiguration: "+w)
+		}
+		notifier = notify.New(downstream, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
 		if !cfg.Signing.Off {
 			// Read the signing secret now: a missing secret or permission fails
 			// the init with one line, instead of every delivery later.
-			keys := secretsource.New(secretsmanager.NewFromConfig(awsCfg), cfg.Signing.Secret, cfg.Signing.Refresh)
+			keys = secretsource.New(sm, cfg.Signing.Secret, cfg.Signing.Refresh, logger)
 			// Bounded well inside Lambda's 10 s init limit, so that a hanging
 			// Secrets Manager gives this line, not an init timeout.
 			lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
@@ -167,12 +200,17 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
+	var secretHealth router.SecretHealth
+	if keys != nil {
+		secretHealth = keys
+	}
 	return &router.Router{
-		SQS: sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
+		Secret: secretHealth,
+		SQS:    sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
 		FirstInvoke: func(ctx context.Context, timeout time.Duration) {
 			// Lambda does not show the function's timeout at init; the first
 			// invocation does. Say once if a request cannot fit in it.

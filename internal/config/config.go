@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -40,6 +41,8 @@ const (
 	EnvQueueBackoffMax     = "SQS_BACKOFF_MAX"
 	EnvMaxBodyBytes        = "MAX_BODY_BYTES"
 	EnvDownstreamURL       = "DOWNSTREAM_URL"
+	EnvDownstreamURLSecret = "DOWNSTREAM_URL_SECRET"
+	EnvJWTIssuer           = "JWT_ISSUER"
 	EnvNotifyTimeout       = "NOTIFY_TIMEOUT"
 	EnvTransientStatuses   = "NOTIFY_TRANSIENT_STATUSES"
 	EnvAction              = "ACTION"
@@ -63,8 +66,8 @@ var Retired = map[string]string{
 var Variables = []string{
 	EnvTable, EnvNamespace, EnvTTL, EnvLease, EnvAttemptsPerDelivery, EnvAttemptsPerKey, EnvBackoffBase, EnvBackoffMax,
 	EnvKeyJMESPath, EnvPayloadJMESPath, EnvMaxConcurrency, EnvQueueBackoff, EnvQueueBackoffBase, EnvQueueBackoffMax,
-	EnvMaxBodyBytes, EnvAction, EnvLedgerTable, EnvDownstreamURL, EnvNotifyTimeout, EnvTransientStatuses,
-	EnvWebhookSigning, EnvWebhookSecret, EnvWebhookRefresh,
+	EnvMaxBodyBytes, EnvAction, EnvLedgerTable, EnvDownstreamURL, EnvDownstreamURLSecret, EnvNotifyTimeout, EnvTransientStatuses,
+	EnvWebhookSigning, EnvWebhookSecret, EnvWebhookRefresh, EnvJWTIssuer,
 }
 
 // The actions the function can run (ACTION).
@@ -77,18 +80,25 @@ const (
 // package that owns the setting applies its own default (documented there
 // and in docs/configuration.md), so no default is written twice.
 type Config struct {
-	Table             string
-	Namespace         string
-	TTL               time.Duration
-	Lease             time.Duration // 0: up to the invocation deadline
-	Retry             idem.RetryPolicy
-	Keys              *eventkey.Extractor
-	MaxConcurrency    int
-	QueueBackoff      QueueBackoff
-	MaxBodyBytes      int
-	Action            string // ActionNotify or ActionLedger
-	LedgerTable       string
-	DownstreamURL     string
+	Table          string
+	Namespace      string
+	TTL            time.Duration
+	Lease          time.Duration // 0: up to the invocation deadline
+	Retry          idem.RetryPolicy
+	Keys           *eventkey.Extractor
+	MaxConcurrency int
+	QueueBackoff   QueueBackoff
+	MaxBodyBytes   int
+	Action         string // ActionNotify or ActionLedger
+	LedgerTable    string
+	// DownstreamURL is the plain variable (local runs); DownstreamURLSecret
+	// the Secrets Manager secret holding the URL (deployments), read at
+	// init. Exactly one is set with ACTION=notify.
+	DownstreamURL       string
+	DownstreamURLSecret string
+	// JWTIssuer is the issuer the API's JWT authorizer accepts (see
+	// httpapi.Options.JWTIssuer).
+	JWTIssuer         string
 	NotifyTimeout     time.Duration
 	TransientStatuses map[int]bool
 	Signing           Signing
@@ -134,11 +144,22 @@ func Load(getenv func(string) string) (Config, error) {
 		Action:            p.oneOf(EnvAction, ActionNotify, ActionLedger),
 		NotifyTimeout:     p.duration(EnvNotifyTimeout),
 		TransientStatuses: p.statuses(EnvTransientStatuses),
+		JWTIssuer:         strings.TrimSpace(getenv(EnvJWTIssuer)),
 		Signing:           Signing{Off: !p.onOff(EnvWebhookSigning), Secret: strings.TrimSpace(getenv(EnvWebhookSecret)), Refresh: p.duration(EnvWebhookRefresh)},
 	}
 	switch c.Action {
 	case ActionNotify:
-		c.DownstreamURL = p.url(EnvDownstreamURL)
+		c.DownstreamURL, c.DownstreamURLSecret = strings.TrimSpace(getenv(EnvDownstreamURL)), strings.TrimSpace(getenv(EnvDownstreamURLSecret))
+		switch {
+		case c.DownstreamURL != "" && c.DownstreamURLSecret != "":
+			p.fail(EnvDownstreamURL, "unset when "+EnvDownstreamURLSecret+" is set (one source for the URL)", "<set>")
+		case c.DownstreamURL == "" && c.DownstreamURLSecret == "":
+			p.fail(EnvDownstreamURLSecret, "the ARN or name of the Secrets Manager secret holding the downstream URL (or, for local runs, "+EnvDownstreamURL+")", "")
+		case c.DownstreamURL != "":
+			if err := CheckDownstreamURL(c.DownstreamURL); err != nil && p.err == nil {
+				p.err = fmt.Errorf("config: %s: %w", EnvDownstreamURL, err)
+			}
+		}
 	case ActionLedger:
 		c.LedgerTable = p.required(EnvLedgerTable)
 		c.Signing = Signing{Off: true} // nothing is delivered, so nothing is signed
@@ -251,16 +272,33 @@ func (p *parser) onOff(name string) bool {
 	}
 }
 
-func (p *parser) url(name string) string {
-	v := p.required(name)
-	if v == "" {
-		return v
-	}
-	u, err := url.Parse(v)
+// CheckDownstreamURL reports whether raw is an http or https URL with a
+// host. Its error never repeats the value: a webhook URL's path and query
+// are often credentials (the URL may come from a secret).
+func CheckDownstreamURL(raw string) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.fail(name, "an http or https URL", v)
+		return fmt.Errorf("want an http or https URL with a host, got a value that is not one (%d characters; not repeated: it may hold a credential)", len(raw))
 	}
-	return v
+	return nil
+}
+
+// PlainHTTPWarning returns the init warning for a downstream reached over
+// plain http outside a local run (deliveries and their signatures would
+// cross the network readable and alterable), or "" when there is none. A
+// local run is `sam local` (AWS_SAM_LOCAL=true) or a downstream on this
+// machine (localhost or a loopback address). The warning names the scheme
+// and host only.
+func PlainHTTPWarning(raw string, getenv func(string) string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Scheme != "http" || getenv("AWS_SAM_LOCAL") == "true" {
+		return ""
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || strings.HasSuffix(host, ".localhost") || (ip != nil && ip.IsLoopback()) {
+		return ""
+	}
+	return "the downstream is plain http (" + u.Scheme + "://" + u.Host + "): deliveries, their signatures and replies cross the network unencrypted; use https"
 }
 
 func (p *parser) statuses(name string) map[int]bool {

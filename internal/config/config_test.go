@@ -43,6 +43,7 @@ func TestLoadEverything(t *testing.T) {
 		EnvBackoffBase: "50ms", EnvBackoffMax: "1s", EnvKeyJMESPath: "['evt', detail.id, 'ship']", EnvPayloadJMESPath: "detail",
 		EnvMaxConcurrency: "4", EnvQueueBackoff: "OFF", EnvQueueBackoffBase: "5s", EnvQueueBackoffMax: "10m", EnvMaxBodyBytes: "65536",
 		EnvNotifyTimeout: "1500ms", EnvTransientStatuses: "429, 500,503", EnvWebhookSigning: "off", EnvWebhookRefresh: "1m",
+		EnvJWTIssuer: "https://issuer.example",
 	} {
 		m[k] = v
 	}
@@ -55,7 +56,7 @@ func TestLoadEverything(t *testing.T) {
 		Retry:          idem.RetryPolicy{AttemptsPerDelivery: 5, AttemptsPerKey: 20, Base: 50 * time.Millisecond, Max: time.Second, Jitter: idem.DefaultJitter},
 		MaxConcurrency: 4, QueueBackoff: QueueBackoff{Off: true, Base: 5 * time.Second, Max: 10 * time.Minute}, MaxBodyBytes: 65536,
 		NotifyTimeout: 1500 * time.Millisecond, TransientStatuses: map[int]bool{429: true, 500: true, 503: true},
-		Signing: Signing{Off: true, Secret: "arn:aws:secretsmanager:us-east-1:1:secret:wh", Refresh: time.Minute},
+		Signing: Signing{Off: true, Secret: "arn:aws:secretsmanager:us-east-1:1:secret:wh", Refresh: time.Minute}, JWTIssuer: "https://issuer.example",
 	}
 	if diff := cmp.Diff(want, c, cmpopts.IgnoreFields(Config{}, "Keys")); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
@@ -71,8 +72,9 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		name, key, value, want string
 	}{
 		{"table missing", EnvTable, "", "IDEMPOTENCY_TABLE: want a value"},
-		{"url missing", EnvDownstreamURL, "", "DOWNSTREAM_URL: want a value"},
+		{"url missing", EnvDownstreamURL, "", "DOWNSTREAM_URL_SECRET: want the ARN or name of the Secrets Manager secret holding the downstream URL (or, for local runs, DOWNSTREAM_URL)"},
 		{"url not http", EnvDownstreamURL, "ftp://x", "DOWNSTREAM_URL: want an http or https URL"},
+		{"url and its secret both set", EnvDownstreamURLSecret, "arn:aws:secretsmanager:us-east-1:1:secret:url", "DOWNSTREAM_URL: want unset when DOWNSTREAM_URL_SECRET is set"},
 		{"ttl not a duration", EnvTTL, "24", `IDEMPOTENCY_TTL: want a positive Go duration such as 500ms, 3s or 24h, got "24"`},
 		{"lease negative", EnvLease, "-1s", "IDEMPOTENCY_LEASE: want a positive Go duration"},
 		{"attempts zero", EnvAttemptsPerDelivery, "0", "IDEMPOTENCY_ATTEMPTS_PER_DELIVERY: want a positive whole number"},
@@ -116,6 +118,56 @@ func TestLoadLedger(t *testing.T) {
 	c, err := Load(env(map[string]string{EnvTable: "idem", EnvFunctionName: "fn", EnvAction: "ledger", EnvLedgerTable: "ledger", EnvLease: "2s"}))
 	if err != nil || c.Action != ActionLedger || c.LedgerTable != "ledger" || !c.Signing.Off || c.DownstreamURL != "" {
 		t.Errorf("got %+v, %v; want the ledger action on table ledger", c, err)
+	}
+}
+
+// A malformed downstream URL is refused without repeating it: its path and
+// query may be a credential.
+func TestABadURLIsNotRepeated(t *testing.T) {
+	m := base()
+	m[EnvDownstreamURL] = "hooks.example.com/T0/B0/s3cr3t-token"
+	_, err := Load(env(m))
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), EnvDownstreamURL) {
+		t.Errorf("Load = %v; want an error naming the variable, not the value", err)
+	}
+}
+
+// The URL from a secret: the variable names the secret; the value is read
+// at init by the wiring.
+func TestLoadURLSecret(t *testing.T) {
+	m := base()
+	delete(m, EnvDownstreamURL)
+	m[EnvDownstreamURLSecret] = "arn:aws:secretsmanager:us-east-1:111122223333:secret:url-AbC"
+	c, err := Load(env(m))
+	if err != nil || c.DownstreamURLSecret != m[EnvDownstreamURLSecret] || c.DownstreamURL != "" {
+		t.Errorf("got %q %q, %v; want the secret's ARN only", c.DownstreamURLSecret, c.DownstreamURL, err)
+	}
+}
+
+func TestPlainHTTPWarning(t *testing.T) {
+	tests := []struct {
+		name, url string
+		env       map[string]string
+		warns     bool
+	}{
+		{"https", "https://hooks.example.com/x", nil, false},
+		{"plain http to another host", "http://hooks.example.com/T0/secret-path?token=abc", nil, true},
+		{"plain http to an address", "http://10.0.0.7:8080/hook", nil, true},
+		{"loopback", "http://127.0.0.1:8081/webhook", nil, false},
+		{"ipv6 loopback", "http://[::1]:8081/webhook", nil, false},
+		{"localhost", "http://localhost:8081/webhook", nil, false},
+		{"sam local", "http://host.docker.internal:8081/webhook", map[string]string{"AWS_SAM_LOCAL": "true"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := PlainHTTPWarning(tt.url, func(k string) string { return tt.env[k] })
+			if (w != "") != tt.warns {
+				t.Fatalf("warning %q; want one: %v", w, tt.warns)
+			}
+			if strings.Contains(w, "secret-path") || strings.Contains(w, "token") {
+				t.Errorf("warning %q repeats the URL's path or query", w)
+			}
+		})
 	}
 }
 

@@ -112,7 +112,23 @@ type AdminClient interface {
 // the table for every Admin method (TransactWriteItems is authorised by
 // the actions of its parts). The function's role never gets them.
 func AdminIAMActions() []string {
-	return []string{"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan"}
+	return append(AdminReadIAMActions(), AdminWriteIAMActions()...)
+}
+
+// AdminReadIAMActions are the actions of the reading methods (Check,
+// Inspect, List, GetForgotten: oncelyctl get, list and stats), on the table
+// and its triage index. The template's read-only operator policy grants
+// exactly these.
+func AdminReadIAMActions() []string {
+	return []string{"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"}
+}
+
+// AdminWriteIAMActions are what Release and Forget add to the reads
+// (oncelyctl release and forget): a release's conditional put; a forget's
+// transaction, a delete and its note's put. The template's operator policy
+// grants these with the reads.
+func AdminWriteIAMActions() []string {
+	return []string{"dynamodb:PutItem", "dynamodb:DeleteItem"}
 }
 
 // Admin is the operators' view of a function's records: the function's

@@ -34,6 +34,22 @@ const (
 	eventsDir    = "../../events"
 )
 
+// unauthenticatedRoutes are the routes that take no ApiAuth, by route
+// key, with what verifies their callers instead. A route listed here is
+// exempt from the authorizer check and from the NONE acknowledgement
+// (PublicApiNeedsAcknowledgement): its callers are not anonymous.
+var unauthenticatedRoutes = map[string]string{}
+
+// eventSourceMappingActions are what Lambda's SQS event source mapping
+// calls with the function's role (AWS's AWSLambdaSQSQueueExecutionRole,
+// which SAM would attach on every resource): the queue function's role
+// grants them on its source queues only.
+var eventSourceMappingActions = []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+
+// lambdaLogActions are what Lambda needs on a function's log group to
+// write its output (the log group exists: the template declares it).
+var lambdaLogActions = []string{"logs:CreateLogStream", "logs:PutLogEvents"}
+
 // knownEnv are the variables internal/config reads.
 var knownEnv = config.Variables
 
@@ -61,6 +77,7 @@ func TestTemplate(t *testing.T) {
 		t.Fatalf("got DynamoDB tables %v, want IdempotencyTable and LedgerTable", tables)
 	}
 	table := "IdempotencyTable"
+	apiFn, queueFn := tpl.split(t)
 
 	t.Run("queue visibility covers 6x timeout plus batching window", func(t *testing.T) {
 		events := tpl.sqsEvents(t)
@@ -153,77 +170,96 @@ func TestTemplate(t *testing.T) {
 		checkIndexedWrites(t, tpl, table)
 	})
 
-	t.Run("the function's role cannot read the index, scan or delete", func(t *testing.T) {
+	t.Run("the functions' roles cannot read the index, scan or delete", func(t *testing.T) {
 		for _, fn := range functions {
-			for _, policy := range items(get(tpl.props(fn), "Policies")) {
-				for _, st := range items(get(policy, "Statement")) {
-					for _, action := range scalars(get(st, "Action")) {
-						if slices.Contains(ddbstore.AdminIAMActions(), action) && !slices.Contains(ddbstore.RequiredIAMActions(), action) {
-							t.Errorf("%s: Action %s is an operator's (oncelyctl runs with the operator's credentials), want the function's role without it", fn, action)
-						}
+			for _, st := range tpl.roleStatements(t, fn) {
+				for _, action := range scalars(get(st, "Action")) {
+					if slices.Contains(ddbstore.AdminIAMActions(), action) && !slices.Contains(ddbstore.RequiredIAMActions(), action) {
+						t.Errorf("%s: Action %s is an operator's (oncelyctl runs with the operator's credentials), want the function's role without it", fn, action)
 					}
 				}
 			}
 		}
 	})
 
+	// Each function has a role of its own, declared in the template, so
+	// that SAM attaches nothing (its AWSLambdaSQSQueueExecutionRole grants
+	// receive and delete on every queue in the account) and every grant is
+	// here to check. This replaces the check that refused a Role and read
+	// the function's Policies: Policies would now be ignored by SAM.
 	t.Run("IAM grants exactly the actions the code calls, on its resources only", func(t *testing.T) {
-		// Each resource, and exactly the actions its driver lists.
-		sources := map[string]bool{}
-		for _, ev := range tpl.sqsEvents(t) {
-			sources[ev.queue] = true
-		}
-		want := map[string][]string{table: slices.Sorted(slices.Values(ddbstore.RequiredIAMActions()))}
-		for q := range sources {
-			want[q] = slices.Sorted(slices.Values(sqsvisibility.RequiredIAMActions()))
-		}
-		want["LedgerTable"] = slices.Sorted(slices.Values(ledger.RequiredIAMActions()))
-		for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
-			want[secret] = slices.Sorted(slices.Values(secretsource.RequiredIAMActions()))
-		}
+		roles := map[string]string{}
 		for _, fn := range functions {
 			p := tpl.props(fn)
-			if get(p, "Role") != nil {
-				t.Errorf("%s: got a Role, want Policies only (a Role bypasses this check)", fn)
+			if get(p, "Policies") != nil || get(tpl.root, "Globals", "Function", "Policies") != nil {
+				t.Errorf("%s: got Policies, want none (SAM ignores them beside a Role; grants go in the role)", fn)
+			}
+			// Each resource, and exactly the actions its driver lists.
+			want := map[string][]string{table: ddbstore.RequiredIAMActions(), "LedgerTable": ledger.RequiredIAMActions()}
+			for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
+				want[secret] = secretsource.RequiredIAMActions()
+			}
+			for _, ev := range tpl.sqsEvents(t) {
+				if ev.function == fn {
+					want[ev.queue] = append(slices.Clone(eventSourceMappingActions), sqsvisibility.RequiredIAMActions()...)
+				}
+			}
+			if lg, ok := ref(get(p, "LoggingConfig", "LogGroup")); ok {
+				want[lg] = lambdaLogActions
+			}
+			for id := range want {
+				want[id] = slices.Sorted(slices.Values(want[id]))
+			}
+			role, attr, ok := getAtt(get(p, "Role"))
+			if !ok || attr != "Arn" || str(get(tpl.resources[role], "Type")) != "AWS::IAM::Role" {
+				t.Errorf("%s: Role got %s, want !GetAtt <an AWS::IAM::Role of this template>.Arn", fn, describe(get(p, "Role")))
+				continue
+			}
+			if other, shared := roles[role]; shared {
+				t.Errorf("%s and %s share the role %s, want one each (each gets its own resources)", other, fn, role)
+			}
+			roles[role] = fn
+			rp := tpl.props(role)
+			for _, k := range []string{"ManagedPolicyArns", "PermissionsBoundary"} {
+				if get(rp, k) != nil {
+					t.Errorf("%s: got %s, want inline policies only, so that every grant is checked here", role, k)
+				}
+			}
+			trust := items(get(rp, "AssumeRolePolicyDocument", "Statement"))
+			if len(trust) != 1 || str(get(trust[0], "Principal", "Service")) != "lambda.amazonaws.com" || str(get(trust[0], "Action")) != "sts:AssumeRole" {
+				t.Errorf("%s: AssumeRolePolicyDocument %s, want lambda.amazonaws.com alone to assume it", role, describe(get(rp, "AssumeRolePolicyDocument")))
 			}
 			got := map[string][]string{}
-			for i, policy := range items(get(p, "Policies")) {
-				if policy.Kind != yaml.MappingNode || get(policy, "Statement") == nil {
-					t.Errorf("%s: Policies[%d] got %s, want an inline policy document (no managed policies or SAM policy templates such as DynamoDBCrudPolicy)",
-						fn, i, describe(policy))
-					continue
+			for i, st := range tpl.roleStatements(t, fn) {
+				where := role + ": Statement[" + strconv.Itoa(i) + "]"
+				if effect := str(get(st, "Effect")); effect != "Allow" {
+					t.Errorf("%s: Effect got %q, want Allow", where, effect)
 				}
-				for j, st := range items(get(policy, "Statement")) {
-					where := fn + ": Policies[" + strconv.Itoa(i) + "].Statement[" + strconv.Itoa(j) + "]"
-					if effect := str(get(st, "Effect")); effect != "Allow" {
-						t.Errorf("%s: Effect got %q, want Allow", where, effect)
+				for _, k := range []string{"NotAction", "NotResource", "Condition"} {
+					if get(st, k) != nil {
+						t.Errorf("%s: got %s, want Action and Resource only", where, k)
 					}
-					for _, k := range []string{"NotAction", "NotResource", "Condition"} {
-						if get(st, k) != nil {
-							t.Errorf("%s: got %s, want Action and Resource only", where, k)
-						}
+				}
+				actions := scalars(get(st, "Action"))
+				for _, action := range actions {
+					if strings.Contains(action, "*") {
+						t.Errorf("%s: Action got %q, want no wildcard", where, action)
 					}
-					actions := scalars(get(st, "Action"))
-					for _, action := range actions {
-						if strings.Contains(action, "*") {
-							t.Errorf("%s: Action got %q, want no wildcard", where, action)
-						}
+				}
+				for _, res := range items(get(st, "Resource")) {
+					id, ok := resourceID(res)
+					if !ok || want[id] == nil {
+						t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
+						continue
 					}
-					for _, res := range items(get(st, "Resource")) {
-						id, ok := resourceID(res)
-						if !ok || want[id] == nil {
-							t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
-							continue
-						}
-						got[id] = append(got[id], actions...)
-					}
+					got[id] = append(got[id], actions...)
 				}
 			}
 			for id := range got {
 				slices.Sort(got[id])
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s: IAM actions by resource (-want +got):\n%s", fn, diff)
+				t.Errorf("%s (%s): IAM actions by resource (-want +got):\n%s", fn, role, diff)
 			}
 		}
 	})
@@ -258,21 +294,29 @@ func TestTemplate(t *testing.T) {
 					t.Errorf("%s: MetricName got %q, want one the function writes %q", alarm, name, router.Metrics())
 				}
 				var dims []string
+				var source, fn string
 				for _, d := range items(get(m, "Dimensions")) {
 					dname, value := str(get(d, "Name")), get(d, "Value")
 					dims = append(dims, dname)
 					switch dname {
 					case "Source":
-						if v := str(value); v != router.SourceSQS && v != router.SourceHTTP {
-							t.Errorf("%s: Source %q; want %q or %q, the values the function writes", alarm, v, router.SourceSQS, router.SourceHTTP)
-						} else {
-							watched[name+" "+v] = true
+						if source = str(value); source != router.SourceSQS && source != router.SourceHTTP {
+							t.Errorf("%s: Source %q; want %q or %q, the values the function writes", alarm, source, router.SourceSQS, router.SourceHTTP)
 						}
 					case "FunctionName":
 						if id, ok := ref(value); !ok || !slices.Contains(functions, id) {
-							t.Errorf("%s: FunctionName %s; want !Ref of the function", alarm, describe(value))
+							t.Errorf("%s: FunctionName %s; want !Ref of a function", alarm, describe(value))
+						} else {
+							fn = id
 						}
 					}
+				}
+				// Each function writes only its own source: an alarm on the
+				// other's would watch a metric nobody writes.
+				if want := map[string]string{router.SourceSQS: queueFn, router.SourceHTTP: apiFn}[source]; fn != "" && want != "" && fn != want {
+					t.Errorf("%s: Source=%s with FunctionName %s; want %s, the function that serves %s", alarm, source, fn, want, source)
+				} else if fn != "" {
+					watched[name+" "+source] = true
 				}
 				slices.Sort(dims)
 				if want := slices.Sorted(slices.Values(emf.Dimensions)); !slices.Equal(dims, want) {
@@ -284,6 +328,10 @@ func TestTemplate(t *testing.T) {
 			{string(idem.LabelRetryExhausted), router.SourceSQS, "those messages are acknowledged and never reach a DLQ"},
 			{string(idem.LabelRetryExhausted), router.SourceHTTP, "those requests are answered 422 for good"},
 			{string(idem.LabelTransient), router.SourceSQS, "the standard queue's age alarm cannot see an outage's failing messages"},
+			{router.MetricSigningKeyIgnored, router.SourceSQS, "an invalid pending or previous signing key is ignored, not fatal"},
+			{router.MetricSigningKeyIgnored, router.SourceHTTP, "an invalid pending or previous signing key is ignored, not fatal"},
+			{router.MetricSecretRefreshFailed, router.SourceSQS, "a failed re-read keeps the old keys, silently but for this"},
+			{router.MetricSecretRefreshFailed, router.SourceHTTP, "a failed re-read keeps the old keys, silently but for this"},
 		} {
 			if !watched[w.metric+" "+w.source] {
 				t.Errorf("got no alarm on %s %s with Source=%s, want one (%s)", router.MetricsNamespace, w.metric, w.source, w.why)
@@ -316,7 +364,7 @@ func TestTemplate(t *testing.T) {
 		minHours := intOr(t, get(param, "MinValue"), 0)
 		defHours := intOr(t, get(param, "Default"), 0)
 		for _, fn := range functions {
-			ttl := get(tpl.props(fn), "Environment", "Variables", "IDEMPOTENCY_TTL")
+			ttl := tpl.env(fn)["IDEMPOTENCY_TTL"]
 			if ttl == nil || ttl.Tag != "!Sub" || ttl.Value != "${IdempotencyTtlHours}h" {
 				t.Errorf("%s: IDEMPOTENCY_TTL got %s, want !Sub \"${IdempotencyTtlHours}h\" (so the parameter's MinValue holds)", fn, describe(ttl))
 			}
@@ -366,18 +414,34 @@ func TestTemplate(t *testing.T) {
 		}
 		for _, r := range routes {
 			p := tpl.props(r)
+			if why, ok := unauthenticatedRoutes[str(get(p, "RouteKey"))]; ok {
+				if auth := str(get(p, "AuthorizationType")); auth != "NONE" {
+					t.Errorf("%s: AuthorizationType %s; want NONE, as listed (%s)", r, auth, why)
+				}
+				continue
+			}
 			for _, mode := range []string{"AWS_IAM", "JWT", "NONE"} {
-				auth := tpl.resolve(get(p, "AuthorizationType"), map[string]string{"ApiAuth": mode})
-				authorizer := tpl.resolve(get(p, "AuthorizerId"), map[string]string{"ApiAuth": mode})
-				switch {
-				case mode == "NONE" && auth != "NONE":
-					t.Errorf("%s with ApiAuth=NONE: AuthorizationType %q; want NONE (the documented opt-out)", r, auth)
-				case mode != "NONE" && auth != mode:
-					t.Errorf("%s with ApiAuth=%s: AuthorizationType %q; want %s", r, mode, auth, mode)
-				case mode == "JWT" && str(get(tpl.resources[authorizer], "Type")) != "AWS::ApiGatewayV2::Authorizer":
-					t.Errorf("%s with ApiAuth=JWT: AuthorizerId resolves to %q; want the JWT authorizer", r, authorizer)
-				case mode != "JWT" && authorizer != "":
-					t.Errorf("%s with ApiAuth=%s: AuthorizerId %q; want none", r, mode, authorizer)
+				for _, scopes := range []string{"", "oncely/events.write,oncely/admin"} {
+					params := map[string]string{"ApiAuth": mode, "JwtScopes": scopes}
+					auth := tpl.resolve(get(p, "AuthorizationType"), params)
+					authorizer := tpl.resolve(get(p, "AuthorizerId"), params)
+					gotScopes := tpl.resolve(get(p, "AuthorizationScopes"), params)
+					switch {
+					case mode == "NONE" && auth != "NONE":
+						t.Errorf("%s with ApiAuth=NONE: AuthorizationType %q; want NONE (the documented opt-out)", r, auth)
+					case mode != "NONE" && auth != mode:
+						t.Errorf("%s with ApiAuth=%s: AuthorizationType %q; want %s", r, mode, auth, mode)
+					case mode == "JWT" && str(get(tpl.resources[authorizer], "Type")) != "AWS::ApiGatewayV2::Authorizer":
+						t.Errorf("%s with ApiAuth=JWT: AuthorizerId resolves to %q; want the JWT authorizer", r, authorizer)
+					case mode != "JWT" && authorizer != "":
+						t.Errorf("%s with ApiAuth=%s: AuthorizerId %q; want none", r, mode, authorizer)
+					case mode == "JWT" && gotScopes != scopes:
+						// Scopes apply to JWT authorizers only (API Gateway
+						// refuses them on other routes).
+						t.Errorf("%s with ApiAuth=JWT, JwtScopes=%q: AuthorizationScopes %q; want JwtScopes", r, scopes, gotScopes)
+					case mode != "JWT" && gotScopes != "":
+						t.Errorf("%s with ApiAuth=%s: AuthorizationScopes %q; want none", r, mode, gotScopes)
+					}
 				}
 			}
 		}
@@ -406,21 +470,28 @@ func TestTemplate(t *testing.T) {
 		}
 	})
 
-	t.Run("deliveries are signed with a generated secret", func(t *testing.T) {
+	t.Run("deliveries are signed with a generated secret that is kept", func(t *testing.T) {
 		secrets := tpl.ofType("AWS::SecretsManager::Secret")
-		if len(secrets) != 1 {
-			t.Fatalf("got secrets %v, want one signing secret", secrets)
+		if !slices.Equal(secrets, []string{"DownstreamUrlSecret", "WebhookSecret"}) {
+			t.Fatalf("got secrets %v, want DownstreamUrlSecret and WebhookSecret", secrets)
 		}
-		g := get(tpl.props(secrets[0]), "GenerateSecretString")
+		g := get(tpl.props("WebhookSecret"), "GenerateSecretString")
 		// 32 characters of [A-Za-z0-9] are valid base64: a 24-byte key, the
-		// Standard Webhooks minimum.
-		if intOr(t, get(g, "PasswordLength"), 0) != 32 || str(get(g, "ExcludePunctuation")) != "true" || str(get(g, "IncludeSpace")) == "true" {
-			t.Errorf("%s: GenerateSecretString %s; want 32 characters, no punctuation, no space", secrets[0], describe(g))
+		// Standard Webhooks minimum. Exactly this: a change of
+		// GenerateSecretString generates a new value on a stack update.
+		if want := "ExcludePunctuation: true PasswordLength: 32"; describe(sortedMapping(g)) != want {
+			t.Errorf("WebhookSecret: GenerateSecretString %s; want exactly %s (changing it regenerates the key, and every receiver refuses)", describe(g), want)
+		}
+		// A replacement or a stack deletion would lose the key receivers hold.
+		for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
+			if got := str(get(tpl.resources["WebhookSecret"], k)); got != "Retain" {
+				t.Errorf("WebhookSecret: %s %q; want Retain", k, got)
+			}
 		}
 		for _, fn := range functions {
-			vars := get(tpl.props(fn), "Environment", "Variables")
-			if id, ok := ref(get(vars, config.EnvWebhookSecret)); !ok || id != secrets[0] {
-				t.Errorf("%s: %s got %s, want !Ref %s", fn, config.EnvWebhookSecret, describe(get(vars, config.EnvWebhookSecret)), secrets[0])
+			vars := tpl.env(fn)
+			if id, ok := ref(vars[config.EnvWebhookSecret]); !ok || id != "WebhookSecret" {
+				t.Errorf("%s: %s got %s, want !Ref WebhookSecret", fn, config.EnvWebhookSecret, describe(vars[config.EnvWebhookSecret]))
 			}
 			if def := str(get(tpl.root, "Parameters", "WebhookSigning", "Default")); def != "on" {
 				t.Errorf("WebhookSigning Default %q; want on", def)
@@ -492,7 +563,9 @@ func TestTemplate(t *testing.T) {
 			if got := scalars(arch); !slices.Equal(got, []string{"arm64"}) {
 				t.Errorf("%s: Architectures got %q, want [arm64]", fn, got)
 			}
-			target := regexp.MustCompile(`(?m)^build-` + regexp.QuoteMeta(fn) + `:`)
+			// One recipe may build several functions (the same bootstrap):
+			// "build-A build-B:".
+			target := regexp.MustCompile(`(?m)^(build-\S+ )*build-` + regexp.QuoteMeta(fn) + `( build-\S+)*:`)
 			if !target.Match(mk) {
 				t.Errorf("%s: got no build-%s: target in %s, want one (sam build runs it)", fn, fn, makefilePath)
 			}
@@ -501,15 +574,7 @@ func TestTemplate(t *testing.T) {
 
 	t.Run("environment holds only variables the code reads", func(t *testing.T) {
 		for _, fn := range functions {
-			vars := map[string]*yaml.Node{}
-			for _, src := range []*yaml.Node{
-				get(tpl.root, "Globals", "Function", "Environment", "Variables"),
-				get(tpl.props(fn), "Environment", "Variables"),
-			} {
-				for k, v := range pairs(src) {
-					vars[k] = v
-				}
-			}
+			vars := tpl.env(fn)
 			for name := range vars {
 				if !slices.Contains(knownEnv, name) && !slices.Contains(sdkEnv, name) {
 					t.Errorf("%s: Environment got %s, want only variables internal/config reads %q (or the SDK's %q)", fn, name, knownEnv, sdkEnv)
@@ -521,8 +586,17 @@ func TestTemplate(t *testing.T) {
 			if id, ok := ref(vars[config.EnvLedgerTable]); !ok || id != "LedgerTable" {
 				t.Errorf("%s: %s got %s, want !Ref LedgerTable", fn, config.EnvLedgerTable, describe(vars[config.EnvLedgerTable]))
 			}
-			if vars["DOWNSTREAM_URL"] == nil {
-				t.Errorf("%s: DOWNSTREAM_URL got unset, want set (the code requires it)", fn)
+			// The URL is a credential: the environment (readable with
+			// ReadOnlyAccess) names its secret and never holds it.
+			// DOWNSTREAM_URL is declared empty, for sam local to set.
+			secret, ok := ref(vars[config.EnvDownstreamURLSecret])
+			if !ok || str(get(tpl.resources[secret], "Type")) != "AWS::SecretsManager::Secret" {
+				t.Errorf("%s: %s got %s, want !Ref the secret holding the URL", fn, config.EnvDownstreamURLSecret, describe(vars[config.EnvDownstreamURLSecret]))
+			} else if id, ok := ref(get(tpl.props(secret), "SecretString")); !ok || id != "DownstreamUrl" {
+				t.Errorf("%s: SecretString %s; want !Ref DownstreamUrl", secret, describe(get(tpl.props(secret), "SecretString")))
+			}
+			if v := vars[config.EnvDownstreamURL]; v == nil || v.Kind != yaml.ScalarNode || isIntrinsic(v) || v.Value != "" {
+				t.Errorf("%s: %s got %s, want \"\" (the URL is read from its secret; sam local sets this one)", fn, config.EnvDownstreamURL, describe(v))
 			}
 		}
 	})
@@ -540,14 +614,18 @@ func TestTemplate(t *testing.T) {
 			t.Fatalf("parse %s: %v", envVarsPath, err)
 		}
 		for fn, vars := range env {
-			if !slices.Contains(functions, fn) {
-				t.Errorf("%s: got function %s, want one of %q", envVarsPath, fn, functions)
+			// "Parameters" applies to every function that declares a
+			// variable: each must be declared by at least one.
+			targets := []string{fn}
+			if fn == "Parameters" {
+				targets = functions
+			} else if !slices.Contains(functions, fn) {
+				t.Errorf("%s: got function %s, want Parameters or one of %q", envVarsPath, fn, functions)
 				continue
 			}
-			declared := get(tpl.props(fn), "Environment", "Variables")
 			for name := range vars {
-				if get(declared, name) == nil && get(tpl.root, "Globals", "Function", "Environment", "Variables", name) == nil {
-					t.Errorf("%s: %s.%s is not declared in the template's Environment, want it declared or removed (sam local ignores it)", envVarsPath, fn, name)
+				if !slices.ContainsFunc(targets, func(f string) bool { return tpl.env(f)[name] != nil }) {
+					t.Errorf("%s: %s.%s is not declared in the template's Environment of %v, want it declared or removed (sam local ignores it)", envVarsPath, fn, name, targets)
 				}
 			}
 		}
@@ -666,6 +744,88 @@ func (tpl template) ofType(typ string) []string {
 
 func (tpl template) props(id string) *yaml.Node { return get(tpl.resources[id], "Properties") }
 
+// split returns the API function (the one the API's integrations target)
+// and the queue function (the one with the SQS events): two functions from
+// the same bootstrap, so that neither's load can take the other's
+// concurrency.
+func (tpl template) split(t *testing.T) (api, queue string) {
+	t.Helper()
+	for _, in := range tpl.ofType("AWS::ApiGatewayV2::Integration") {
+		id, attr, ok := getAtt(get(tpl.props(in), "IntegrationUri"))
+		if !ok || attr != "Arn" || str(get(tpl.resources[id], "Type")) != "AWS::Serverless::Function" {
+			t.Fatalf("%s: IntegrationUri %s; want !GetAtt <function>.Arn", in, describe(get(tpl.props(in), "IntegrationUri")))
+		}
+		if api != "" && api != id {
+			t.Fatalf("integrations target %s and %s; want one API function", api, id)
+		}
+		api = id
+	}
+	for _, ev := range tpl.sqsEvents(t) {
+		if queue != "" && queue != ev.function {
+			t.Fatalf("SQS events on %s and %s; want one queue function", queue, ev.function)
+		}
+		queue = ev.function
+	}
+	if api == "" || queue == "" || api == queue {
+		t.Fatalf("API function %q, queue function %q; want two functions, one serving the API and one the queues", api, queue)
+	}
+	return api, queue
+}
+
+// sortedMapping returns a copy of a mapping node with its keys sorted, for
+// comparing a mapping with a description.
+func sortedMapping(n *yaml.Node) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return n
+	}
+	c := *n
+	type kv struct{ k, v *yaml.Node }
+	var kvs []kv
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kvs = append(kvs, kv{n.Content[i], n.Content[i+1]})
+	}
+	slices.SortFunc(kvs, func(a, b kv) int { return strings.Compare(a.k.Value, b.k.Value) })
+	c.Content = nil
+	for _, p := range kvs {
+		c.Content = append(c.Content, p.k, p.v)
+	}
+	return &c
+}
+
+// roleStatements returns the statements of the inline policies of fn's
+// role (its Role's !GetAtt target).
+func (tpl template) roleStatements(t *testing.T, fn string) []*yaml.Node {
+	t.Helper()
+	role, _, ok := getAtt(get(tpl.props(fn), "Role"))
+	if !ok {
+		return nil
+	}
+	var out []*yaml.Node
+	for i, policy := range items(get(tpl.props(role), "Policies")) {
+		doc := get(policy, "PolicyDocument")
+		if doc == nil || get(doc, "Statement") == nil {
+			t.Errorf("%s: Policies[%d] got %s, want an inline policy document", role, i, describe(policy))
+			continue
+		}
+		out = append(out, items(get(doc, "Statement"))...)
+	}
+	return out
+}
+
+// env returns fn's environment: Globals' variables, then its own.
+func (tpl template) env(fn string) map[string]*yaml.Node {
+	vars := map[string]*yaml.Node{}
+	for _, src := range []*yaml.Node{
+		get(tpl.root, "Globals", "Function", "Environment", "Variables"),
+		get(tpl.props(fn), "Environment", "Variables"),
+	} {
+		for k, v := range pairs(src) {
+			vars[k] = v
+		}
+	}
+	return vars
+}
+
 // functionStr and functionInt read a function property, falling back to
 // Globals.Function.
 func (tpl template) functionStr(fn, key string) string {
@@ -758,8 +918,9 @@ func intOr(t *testing.T, n *yaml.Node, def int) int {
 }
 
 // resolve evaluates n for the given parameter values: a literal, !Ref of a
-// parameter or resource, or !If over a condition that is Fn::Equals of a
-// !Ref and a literal. AWS::NoValue resolves to "".
+// parameter (its value in params, else its Default) or of a resource (its
+// id), !If over a condition, or !Join of a list. A CommaDelimitedList is
+// its comma-separated text. AWS::NoValue resolves to "".
 func (tpl template) resolve(n *yaml.Node, params map[string]string) string {
 	if n == nil {
 		return ""
@@ -771,23 +932,83 @@ func (tpl template) resolve(n *yaml.Node, params map[string]string) string {
 		if v, ok := params[id]; ok {
 			return v
 		}
+		if p := get(tpl.root, "Parameters", id); p != nil {
+			return str(get(p, "Default"))
+		}
 		return id
 	}
-	if n.Tag == "!If" && n.Kind == yaml.SequenceNode && len(n.Content) == 3 {
+	switch {
+	case n.Tag == "!If" && n.Kind == yaml.SequenceNode && len(n.Content) == 3:
 		if tpl.condition(n.Content[0].Value, params) {
 			return tpl.resolve(n.Content[1], params)
 		}
 		return tpl.resolve(n.Content[2], params)
+	case n.Tag == "!Join" && n.Kind == yaml.SequenceNode && len(n.Content) == 2:
+		var parts []string
+		if n.Content[1].Kind == yaml.SequenceNode && !isIntrinsic(n.Content[1]) {
+			for _, it := range n.Content[1].Content {
+				parts = append(parts, tpl.resolve(it, params))
+			}
+		} else if v := tpl.resolve(n.Content[1], params); v != "" {
+			parts = strings.Split(v, ",")
+		}
+		return strings.Join(parts, n.Content[0].Value)
+	case n.Kind == yaml.SequenceNode && !isIntrinsic(n):
+		var parts []string
+		for _, it := range n.Content {
+			parts = append(parts, tpl.resolve(it, params))
+		}
+		return strings.Join(parts, ",")
 	}
 	return str(n)
 }
 
 func (tpl template) condition(name string, params map[string]string) bool {
-	c := get(tpl.root, "Conditions", name)
-	if c == nil || c.Tag != "!Equals" || len(c.Content) != 2 {
+	return tpl.holds(get(tpl.root, "Conditions", name), params)
+}
+
+// holds evaluates a condition function: !Equals, !Not, !And, !Or and
+// !Condition. Anything else is false.
+func (tpl template) holds(c *yaml.Node, params map[string]string) bool {
+	if c == nil {
 		return false
 	}
-	return tpl.resolve(c.Content[0], params) == tpl.resolve(c.Content[1], params)
+	switch c.Tag {
+	case "!Equals":
+		return len(c.Content) == 2 && tpl.resolve(c.Content[0], params) == tpl.resolve(c.Content[1], params)
+	case "!Not":
+		return len(c.Content) == 1 && !tpl.holds(c.Content[0], params)
+	case "!And", "!Or":
+		and := c.Tag == "!And"
+		for _, it := range c.Content {
+			if tpl.holds(it, params) != and {
+				return !and
+			}
+		}
+		return and
+	case "!Condition":
+		return tpl.condition(c.Value, params)
+	}
+	return false
+}
+
+// rulesRefuse returns the descriptions of the template's Rules that refuse
+// params (a CloudFormation Rule refuses when its RuleCondition holds and
+// an Assert does not).
+func (tpl template) rulesRefuse(params map[string]string) []string {
+	var out []string
+	for name, rule := range pairs(get(tpl.root, "Rules")) {
+		if rc := get(rule, "RuleCondition"); rc != nil && !tpl.holds(rc, params) {
+			continue
+		}
+		for _, a := range items(get(rule, "Assertions")) {
+			if !tpl.holds(get(a, "Assert"), params) {
+				out = append(out, name+": "+str(get(a, "AssertDescription")))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // resourceID returns X for !GetAtt X.Arn or !Ref X.

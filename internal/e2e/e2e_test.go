@@ -69,16 +69,20 @@ func TestMain(m *testing.M) {
 
 // fn is one deployed-like function: its own table, downstream and emulator.
 type fn struct {
-	t         *testing.T
-	emu       *rie.Emulator
-	down      *fakewebhook.Server
-	downURL   string
-	name      string // AWS_LAMBDA_FUNCTION_NAME, the records' namespace
-	table     string
-	client    *dynamodb.Client
-	secret    string // the signing secret's value, as receivers get it (whsec_…)
+	t       *testing.T
+	emu     *rie.Emulator
+	down    *fakewebhook.Server
+	downURL string // where the function delivers
+	hookURL string // the downstream's base URL
+	name    string // AWS_LAMBDA_FUNCTION_NAME, the records' namespace
+	table   string
+	client  *dynamodb.Client
+	secret  string // the signing secret's value, as receivers get it (whsec_…)
+	// secretARN is the signing secret; sm the Secrets Manager it is on, at
+	// the endpoint secrets.
 	secretARN string
-	secrets   string // the Secrets Manager endpoint that holds it
+	sm        *secretsmanager.Client
+	secrets   string
 }
 
 func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
@@ -125,9 +129,11 @@ func startWith(t *testing.T, o fnOptions) *fn {
 		f.down = fakewebhook.New()
 		hs := httptest.NewServer(f.down)
 		t.Cleanup(func() { f.down.Close(); hs.Close() })
+		f.hookURL = hs.URL
 		f.downURL = hs.URL + "/webhook"
 	} else {
 		f.downURL = o.downURL
+		f.hookURL = strings.TrimSuffix(o.downURL, "/webhook")
 	}
 	f.client, _ = ddblocal.Client(ddblocal.Config(moto, nil))
 	f.table = ddblocal.NewTable(t, f.client)
@@ -141,7 +147,7 @@ func startWith(t *testing.T, o fnOptions) *fn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.secretARN = *out.ARN
+	f.sm, f.secretARN = sm, *out.ARN
 	store, boot := moto, cmp.Or(o.bootstrap, bootstrap)
 	f.name = cmp.Or(o.name, "oncely-e2e")
 	if o.store != nil {

@@ -27,13 +27,16 @@ type Counts struct {
 }
 
 // Add counts one.
-func (c *Counts) Add(name string) {
+func (c *Counts) Add(name string) { c.AddN(name, 1) }
+
+// AddN counts n.
+func (c *Counts) AddN(name string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
 		c.n = map[string]int{}
 	}
-	c.n[name]++
+	c.n[name] += n
 }
 
 // Get returns the count of name.

@@ -6,7 +6,8 @@
 //
 // This package alone maps the engine's codes to HTTP statuses (see status).
 // Requests are checked before any store call: the route (404, 405), the
-// body's size (413) and declared type (415), the key and the JSON (400).
+// caller's identity (401), the body's size (413) and declared type (415),
+// the key and the JSON (400).
 package httpapi
 
 import (
@@ -49,8 +50,13 @@ type Options struct {
 	// MaxBodyBytes refuses larger bodies with 413. Zero means
 	// idem.DefaultMaxEventBytes.
 	MaxBodyBytes int
-	Now          func() time.Time
-	Logger       *slog.Logger
+	// JWTIssuer is the issuer the API's JWT authorizer is configured with
+	// (JWT_ISSUER): its tokens are scoped by sub alone, as they always
+	// were; a token of any other issuer by its issuer and sub. Empty: every
+	// token is scoped by issuer and sub.
+	JWTIssuer string
+	Now       func() time.Time
+	Logger    *slog.Logger
 }
 
 // Handler serves API Gateway v2 requests. It is safe for concurrent use:
@@ -102,6 +108,13 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if resp, code, ok := checkRoute(req); !ok {
 		return resp, Result{Label: idem.LabelPoison, Code: code}
 	}
+	scope, ok := Scope(req, h.o.JWTIssuer)
+	if !ok {
+		// An authorizer ran and named nobody: no key space is this
+		// caller's, and the shared one is NONE's alone.
+		return problem(401, idem.CodeNoIdentity, "the authorizer named no caller (a token without sub, or no principal); keys are scoped by caller, so the request is refused", 0),
+			Result{Label: idem.LabelPoison, Code: idem.CodeNoIdentity}
+	}
 	body, resp, code, ok := h.body(req)
 	if !ok {
 		return resp, Result{Label: idem.LabelPoison, Code: code}
@@ -110,7 +123,7 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err != nil {
 		return problem(400, idem.CodeInvalidKey, err.Error(), 0), Result{Label: idem.LabelPoison, Code: idem.CodeInvalidKey}
 	}
-	key := ScopedKey(Scope(req), ck)
+	key := ScopedKey(scope, ck)
 	r, err := idem.NewRequest(key, body)
 	if err != nil {
 		return problem(400, idem.CodeInvalidPayload, "the body must be a JSON document: "+err.(*idem.Error).Message, 0),
@@ -233,27 +246,68 @@ func header(headers map[string]string, name string) string {
 }
 
 // Scope returns the caller identity that keys are scoped by, so that one
-// client can never read or block another's results: the JWT "sub" claim,
-// else the IAM principal (an assumed role by its role, not its session, so
-// that every replica and session of one caller shares one key space), else
-// a Lambda authorizer's principalId, else "anonymous".
-func Scope(req events.APIGatewayV2HTTPRequest) string {
+// client can never read or block another's results, and whether the
+// request has one. issuer is the JWT authorizer's configured issuer.
+//
+// The scope is hashed into every stored key, so a caller whose identity is
+// unchanged must keep its scope string across releases, or its retries
+// would run again (a test replays records stored under these strings):
+//
+//	no authorizer (ApiAuth=NONE)          "anonymous": one key space shared by every caller
+//	JWT from the configured issuer        "jwt:<sub>"
+//	JWT from another issuer               "jwt@<quoted issuer>:<sub>"
+//	IAM, from a Cognito identity pool     "cognito:<pool id>/<identity id>"
+//	IAM, any other principal              "iam:<principal>" (an assumed role by its role, not its session)
+//	a Lambda authorizer                   "lambda:<principalId>"
+//
+// An authorizer that names no caller (a JWT without sub, IAM without a
+// principal, a Lambda authorizer without principalId) gives ok false: the
+// request is refused rather than put in a shared key space.
+func Scope(req events.APIGatewayV2HTTPRequest, issuer string) (scope string, ok bool) {
 	a := req.RequestContext.Authorizer
-	if a == nil {
-		return "anonymous"
-	}
-	if a.JWT != nil && a.JWT.Claims["sub"] != "" {
-		return "jwt:" + a.JWT.Claims["sub"]
-	}
-	if a.IAM != nil && a.IAM.UserARN != "" {
-		return "iam:" + NormalizePrincipal(a.IAM.UserARN)
-	}
-	if a.Lambda != nil {
+	switch {
+	case a == nil:
+		return "anonymous", true
+	case a.JWT != nil:
+		sub := a.JWT.Claims["sub"]
+		if sub == "" {
+			return "", false
+		}
+		return JWTScope(a.JWT.Claims["iss"], sub, issuer), true
+	case a.IAM != nil:
+		// Every caller of an identity pool assumes the pool's role: the
+		// role would put them all in one key space. The identity id is theirs.
+		if c := a.IAM.CognitoIdentity; c.IdentityID != "" {
+			return CognitoScope(c.IdentityPoolID, c.IdentityID), true
+		}
+		if a.IAM.UserARN == "" {
+			return "", false
+		}
+		return "iam:" + NormalizePrincipal(a.IAM.UserARN), true
+	case a.Lambda != nil:
 		if p, ok := a.Lambda["principalId"].(string); ok && p != "" {
-			return "lambda:" + p
+			return "lambda:" + p, true
 		}
 	}
-	return "anonymous"
+	return "", false
+}
+
+// JWTScope is the scope of a token with issuer iss and subject sub, when
+// the authorizer is configured with issuer configured. A token of the
+// configured issuer keeps the scope it always had, "jwt:<sub>"; any other
+// issuer's is qualified by it, quoted so that no issuer and subject can
+// spell another pair's scope.
+func JWTScope(iss, sub, configured string) string {
+	if iss == configured {
+		return "jwt:" + sub
+	}
+	return "jwt@" + strconv.Quote(iss) + ":" + sub
+}
+
+// CognitoScope is the scope of an IAM caller from a Cognito identity pool:
+// its identity, not the pool's role that every such caller assumes.
+func CognitoScope(pool, identity string) string {
+	return "cognito:" + pool + "/" + identity
 }
 
 // NormalizePrincipal turns an assumed-role session ARN
@@ -387,6 +441,7 @@ func problem(status int, code idem.Code, detail string, retryAfter time.Duration
 
 var titles = map[int]string{
 	400: "Bad Request",
+	401: "Unauthorized",
 	404: "Not Found",
 	405: "Method Not Allowed",
 	409: "Conflict: the request with this key is still in flight",

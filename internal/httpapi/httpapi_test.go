@@ -21,9 +21,10 @@ import (
 )
 
 type fixture struct {
-	h     *httpapi.Handler
-	store *countingStore
-	calls atomic.Int64
+	h      *httpapi.Handler
+	engine *idem.Engine
+	store  *countingStore
+	calls  atomic.Int64
 }
 
 // countingStore counts store calls: refused requests must make none.
@@ -59,7 +60,8 @@ func newFixture(t *testing.T) *fixture {
 		}
 		return action.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil
 	}
-	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, Logger: slog.New(slog.DiscardHandler)})
+	f.engine = engine
+	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,27 +174,52 @@ func TestTransientReleasesTheKey(t *testing.T) {
 	}
 }
 
+const issuer = "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Tenants"
+
+func jwt(claims map[string]string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {
+	return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: claims}}
+}
+
+func iam(arn string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {
+	return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{UserARN: arn}}
+}
+
+func cognito(pool, id string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {
+	a := iam("arn:aws:sts::111122223333:assumed-role/Cognito_TenantsAuth_Role/CognitoIdentityCredentials")
+	a.IAM.CognitoIdentity = events.APIGatewayV2HTTPRequestContextAuthorizerCognitoIdentity{IdentityPoolID: pool, IdentityID: id, AMR: []string{"authenticated"}}
+	return a
+}
+
+func authorizer(a *events.APIGatewayV2HTTPRequestContextAuthorizerDescription) func(*events.APIGatewayV2HTTPRequest) {
+	return func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.Authorizer = a }
+}
+
 func TestScope(t *testing.T) {
-	iam := func(arn string) *events.APIGatewayV2HTTPRequestContextAuthorizerDescription {
-		return &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{UserARN: arn}}
-	}
+	const pool = "us-east-1:0f6b2c1e-0000-4000-8000-000000000001"
 	tests := []struct {
 		name string
 		auth *events.APIGatewayV2HTTPRequestContextAuthorizerDescription
-		want string
+		want string // "" for a request refused with 401
 	}{
 		{"none", nil, "anonymous"},
-		{"jwt", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": "user-1"}}}, "jwt:user-1"},
+		{"jwt from the configured issuer: as before", jwt(map[string]string{"sub": "user-1", "iss": issuer}), "jwt:user-1"},
+		{"jwt from another issuer: qualified by it", jwt(map[string]string{"sub": "user-1", "iss": "https://evil.example"}), `jwt@"https://evil.example":user-1`},
+		{"an issuer and subject that would spell another pair's scope", jwt(map[string]string{"sub": `x":user-1`, "iss": `https://evil.example`}), `jwt@"https://evil.example":x":user-1`},
+		{"jwt without sub", jwt(map[string]string{"iss": issuer, "client_id": "tenant-b"}), ""},
+		{"jwt without claims", jwt(nil), ""},
 		{"iam user", iam("arn:aws:iam::111122223333:user/ci"), "iam:arn:aws:iam::111122223333:user/ci"},
 		{"assumed role: by role, not session", iam("arn:aws:sts::111122223333:assumed-role/Publisher/i-0abc123"), "iam:arn:aws:sts::111122223333:assumed-role/Publisher"},
 		{"another session of the same role", iam("arn:aws:sts::111122223333:assumed-role/Publisher/task-42"), "iam:arn:aws:sts::111122223333:assumed-role/Publisher"},
+		{"cognito identity pool: by identity, not the pool's role", cognito(pool, "us-east-1:aaaaaaaa-0000-4000-8000-00000000000a"), "cognito:" + pool + "/us-east-1:aaaaaaaa-0000-4000-8000-00000000000a"},
+		{"iam without a principal", iam(""), ""},
 		{"lambda authorizer", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: map[string]any{"principalId": "tenant-9"}}, "lambda:tenant-9"},
-		{"an authorizer with no identity", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{}, "anonymous"},
+		{"lambda authorizer without principalId", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: map[string]any{"tenant": "9"}}, ""},
+		{"an authorizer with no identity", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{}, ""},
 	}
 	for _, tt := range tests {
-		r := request(func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.Authorizer = tt.auth })
-		if got := httpapi.Scope(r); got != tt.want {
-			t.Errorf("%s: Scope = %q; want %q", tt.name, got, tt.want)
+		got, ok := httpapi.Scope(request(authorizer(tt.auth)), issuer)
+		if ok != (tt.want != "") || got != tt.want {
+			t.Errorf("%s: Scope = %q, %v; want %q", tt.name, got, ok, tt.want)
 		}
 	}
 }
@@ -233,5 +260,83 @@ func TestTheLogLineHasOneRequestIdTheInvocations(t *testing.T) {
 	var got struct{ RequestID, APIRequestID string }
 	if err := json.Unmarshal([]byte(line), &got); err != nil || got.RequestID != "lambda-req-1" || got.APIRequestID != "apigw-req-1" {
 		t.Errorf("requestId %q, apiRequestId %q (%v); want the invocation's and the API's:\n%s", got.RequestID, got.APIRequestID, err, line)
+	}
+}
+
+// Stored keys are api:<16 hex of SHA-256(scope)>:<key>, and the scope is a
+// caller's key space: a caller whose identity did not change must find the
+// records it stored before this release. The digests below were computed
+// from the scope strings of the release before identities were tightened
+// (jwt:<sub> with no issuer check, iam:<role>, lambda:<principalId>,
+// anonymous); a change to any scope string of these callers fails here.
+func TestRecordsStoredUnderTodaysScopesReplay(t *testing.T) {
+	tests := []struct {
+		name   string
+		auth   *events.APIGatewayV2HTTPRequestContextAuthorizerDescription
+		stored string
+	}{
+		{"jwt of the configured issuer", jwt(map[string]string{"sub": "tenant-a", "iss": issuer}), "api:cc83083ab1c48e9c:order-7f3a9c21"},
+		{"iam role", iam("arn:aws:sts::111122223333:assumed-role/Publisher/i-0abc123"), "api:9bb35b3a524d415e:order-7f3a9c21"},
+		{"lambda authorizer", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: map[string]any{"principalId": "tenant-9"}}, "api:f2ee4b3ade3f0fe6:order-7f3a9c21"},
+		{"none", nil, "api:2f183a4e64493af3:order-7f3a9c21"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			// The record as the previous release stored it.
+			req := request(authorizer(tt.auth))
+			r, err := idem.NewRequest(tt.stored, []byte(req.Body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, _ := f.engine.DoWork(context.Background(), r, func(context.Context) ([]byte, idem.Effects, error) {
+				return action.Encode(action.Result{Status: 201, Body: []byte(`{"stored":"before"}`)}), nil, nil
+			}); out.Err != nil {
+				t.Fatal(out.Err)
+			}
+			resp, res := f.h.Handle(context.Background(), req)
+			if resp.StatusCode != 201 || resp.Body != `{"stored":"before"}` || resp.Headers["Idempotent-Replayed"] != "true" || res.Key != tt.stored {
+				t.Errorf("got %d %q %v under key %q; want the stored 201 replayed under %q", resp.StatusCode, resp.Body, resp.Headers, res.Key, tt.stored)
+			}
+			if n := f.calls.Load(); n != 0 {
+				t.Errorf("the action ran %d times; want 0 (a replay)", n)
+			}
+		})
+	}
+}
+
+// A request whose authorizer names nobody is refused before any store call:
+// the exact request tenant B sent to read tenant A's reply (a valid token of
+// the configured issuer, without sub, with A's key and body) gets 401.
+func TestNoIdentityIsRefusedBeforeTheStore(t *testing.T) {
+	f := newFixture(t)
+	resp, res := f.h.Handle(context.Background(), request(authorizer(jwt(map[string]string{"iss": issuer, "client_id": "tenant-b"}))))
+	if resp.StatusCode != 401 || res.Code != idem.CodeNoIdentity || resp.Headers["Content-Type"] != "application/problem+json" {
+		t.Errorf("got %d %s %q; want 401 NO_IDENTITY problem", resp.StatusCode, res.Code, resp.Body)
+	}
+	if n := f.store.n.Load(); n != 0 {
+		t.Errorf("store calls %d; want 0", n)
+	}
+}
+
+// Two tenants sharing a sub under different issuers, and two identities of
+// one Cognito pool, never share a key space.
+func TestTenantsDoNotShareKeys(t *testing.T) {
+	for name, pair := range map[string][2]*events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		"same sub, other issuer":     {jwt(map[string]string{"sub": "u-1", "iss": issuer}), jwt(map[string]string{"sub": "u-1", "iss": "https://other.example"})},
+		"two identities of one pool": {cognito("us-east-1:pool", "us-east-1:a"), cognito("us-east-1:pool", "us-east-1:b")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			for i, a := range pair {
+				resp, _ := f.h.Handle(context.Background(), request(authorizer(a)))
+				if resp.StatusCode != 201 || resp.Headers["Idempotent-Replayed"] != "" {
+					t.Errorf("caller %d: %d %v; want its own 201, not a replay", i, resp.StatusCode, resp.Headers)
+				}
+			}
+			if n := f.calls.Load(); n != 2 {
+				t.Errorf("executions %d; want 2", n)
+			}
+		})
 	}
 }

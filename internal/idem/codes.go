@@ -87,6 +87,11 @@ const (
 	CodeNotFound             Code = "NOT_FOUND"
 	CodeMethodNotAllowed     Code = "METHOD_NOT_ALLOWED"
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
+	// CodeNoIdentity: an API request whose authorizer ran but named no
+	// caller (a JWT without sub, an IAM caller without a principal, a
+	// Lambda authorizer without principalId). Refused before any store call
+	// (401): such a request has no key space of its own to be scoped to.
+	CodeNoIdentity Code = "NO_IDENTITY"
 )
 
 // Error is the error every [Engine.Do] failure is. It says what happened in

@@ -184,7 +184,7 @@ func (k *keyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.id, "id", "", "the event's id: with --action, the key the function's key expression gives")
 	fs.StringVar(&k.action, "action", "", "the event's action (with --id)")
 	fs.StringVar(&k.apiKey, "api-key", "", "an API caller's Idempotency-Key (with --caller)")
-	fs.StringVar(&k.caller, "caller", "anonymous", "the API caller's scope: anonymous, jwt:SUB, iam:ARN or lambda:PRINCIPAL")
+	fs.StringVar(&k.caller, "caller", "anonymous", `the API caller's scope: anonymous, jwt:SUB (the configured issuer), jwt@"ISSUER":SUB (another issuer), iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL`)
 	fs.StringVar(&k.body, "body", "", "a file holding the event body (- for stdin): its key, by the key expression, and its payload are checked")
 }
 
@@ -264,12 +264,15 @@ func scopeOf(caller string) (string, error) {
 	case caller == "anonymous":
 		return caller, nil
 	case value == "":
-	case kind == "jwt", kind == "lambda":
+	case kind == "jwt", kind == "lambda", strings.HasPrefix(caller, `jwt@"`):
 		return caller, nil
+	case kind == "cognito" && strings.Contains(value, "/"):
+		pool, identity, _ := strings.Cut(value, "/")
+		return httpapi.CognitoScope(pool, identity), nil
 	case kind == "iam":
 		return "iam:" + httpapi.NormalizePrincipal(value), nil
 	}
-	return "", usagef("--caller %q: want anonymous, jwt:SUB, iam:ARN or lambda:PRINCIPAL (the scope the API keys by)", caller)
+	return "", usagef(`--caller %q: want anonymous, jwt:SUB, jwt@"ISSUER":SUB, iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL (the scope the API keys by)`, caller)
 }
 
 // printJSON writes v as indented JSON.

@@ -132,7 +132,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, JWTIssuer: "https://issuer.example", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

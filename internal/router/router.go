@@ -22,6 +22,7 @@ import (
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsbatch"
 )
 
@@ -39,14 +40,28 @@ const (
 // message then returns at the queue's own visibility timeout).
 const MetricVisibilityFailed = "visibility_change_failed"
 
-// Metrics are the count metrics of every document: one per label, and
-// MetricVisibilityFailed.
+// The signing secret's problems that did not stop deliveries (see package
+// secretsource): a pending or previous version that is not a valid key
+// was ignored; a re-read failed and the keys read before stayed in use.
+const (
+	MetricSigningKeyIgnored   = "signing_key_ignored"
+	MetricSecretRefreshFailed = "secret_refresh_failed"
+)
+
+// Metrics are the count metrics of every document: one per label,
+// MetricVisibilityFailed and the signing secret's two.
 func Metrics() []string {
-	names := make([]string, 0, len(idem.Labels)+1)
+	names := make([]string, 0, len(idem.Labels)+3)
 	for _, l := range idem.Labels {
 		names = append(names, string(l))
 	}
-	return append(names, MetricVisibilityFailed)
+	return append(names, MetricVisibilityFailed, MetricSigningKeyIgnored, MetricSecretRefreshFailed)
+}
+
+// SecretHealth reports the signing secret's problems since the last call
+// (a *secretsource.Source).
+type SecretHealth interface {
+	TakeCounts() secretsource.Counts
 }
 
 // metricNames is Metrics, built once: every invocation writes them.
@@ -72,6 +87,9 @@ type Router struct {
 	// configuration against it. Invocations that start meanwhile wait for
 	// it: it must be quick.
 	FirstInvoke func(ctx context.Context, timeout time.Duration)
+	// Secret, if set, is the signing secret, whose problems each document
+	// counts (including those of the read at init, in the first document).
+	Secret SecretHealth
 
 	once sync.Once
 }
@@ -148,6 +166,11 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 		return nil, fmt.Errorf("unsupported event: want an SQS event (an object with Records from aws:sqs) or an API Gateway HTTP API payload 2.0 request (an object with requestContext.http); got %s", describe(payload))
 	}
 	if r.Metrics != nil {
+		if r.Secret != nil {
+			c := r.Secret.TakeCounts()
+			counts.AddN(MetricSigningKeyIgnored, c.Ignored)
+			counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
+		}
 		doc := emf.Document{
 			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
 			Names: metricNames, Counts: &counts, Duration: now().Sub(start), At: now(),

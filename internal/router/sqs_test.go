@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/truora/minidyn/server"
 
+	"github.com/oncely/oncely/internal/router"
+	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
@@ -373,5 +375,34 @@ func TestPayloadExpressionStillRejectsInvalidBodies(t *testing.T) {
 	}
 	if n := h.down.Count("evt:p-1:notify"); n != 1 {
 		t.Errorf("deliveries %d; want 1: the envelope is outside the fingerprint", n)
+	}
+}
+
+type secretCounts struct{ c secretsource.Counts }
+
+func (s *secretCounts) TakeCounts() secretsource.Counts {
+	c := s.c
+	s.c = secretsource.Counts{}
+	return c
+}
+
+// The signing secret's problems since the last document are counted in the
+// next one, once.
+func TestEMFCountsTheSigningSecretsProblems(t *testing.T) {
+	h := newHarness(t)
+	h.router.Secret = &secretCounts{secretsource.Counts{Ignored: 2, RefreshFailed: 1}}
+	h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})
+	h.sqs(context.Background(), false, msg{id: "m2", body: bodyA})
+	lines := strings.Split(strings.TrimSpace(h.metrics.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d documents; want 2", len(lines))
+	}
+	for i, want := range []float64{2, 0} {
+		var counts map[string]any
+		_ = json.Unmarshal([]byte(lines[i]), &counts)
+		if counts[router.MetricSigningKeyIgnored] != want || counts[router.MetricSecretRefreshFailed] != want/2 {
+			t.Errorf("document %d: %s %v, %s %v; want %v and %v", i, router.MetricSigningKeyIgnored, counts[router.MetricSigningKeyIgnored],
+				router.MetricSecretRefreshFailed, counts[router.MetricSecretRefreshFailed], want, want/2)
+		}
 	}
 }

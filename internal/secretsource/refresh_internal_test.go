@@ -3,6 +3,7 @@ package secretsource
 import (
 	"context"
 	"encoding/base64"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,8 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 )
 
-// panickyAPI panics on the calls after the first answers, then answers
-// again: a bug in a library the refresh calls, once.
+// panickyAPI answers with one AWSCURRENT version (no other stage), and
+// panics on the calls numbered in panics: a bug in a library the refresh
+// calls. Load makes calls 1 to 3 (AWSCURRENT, AWSPENDING, AWSPREVIOUS).
 type panickyAPI struct {
 	value  string
 	calls  atomic.Int64
@@ -24,8 +26,8 @@ func (p *panickyAPI) GetSecretValue(_ context.Context, in *secretsmanager.GetSec
 	if p.panics[p.calls.Add(1)] {
 		panic("a bug in the secret read")
 	}
-	if aws.ToString(in.VersionStage) == "AWSPENDING" {
-		return nil, &types.ResourceNotFoundException{Message: aws.String("no pending version")}
+	if aws.ToString(in.VersionStage) != "AWSCURRENT" {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
 	}
 	return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(p.value)}, nil
 }
@@ -35,9 +37,9 @@ func (p *panickyAPI) GetSecretValue(_ context.Context, in *secretsmanager.GetSec
 // Lambda Managed Instances the process lives on, and no invocation of it
 // would ever read the keys again.
 func TestAPanicInARefreshDoesNotStopLaterRefreshes(t *testing.T) {
-	api := &panickyAPI{value: base64.StdEncoding.EncodeToString([]byte("first key, 32 bytes long, okay.")), panics: map[int64]bool{3: true}}
+	api := &panickyAPI{value: base64.StdEncoding.EncodeToString([]byte("first key, 32 bytes long, okay.")), panics: map[int64]bool{4: true}}
 	clock := time.Unix(1_800_000_000, 0)
-	src := New(api, "webhook", time.Minute)
+	src := New(api, "webhook", time.Minute, slog.New(slog.DiscardHandler))
 	src.now = func() time.Time { return clock }
 	if err := src.Load(context.Background()); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,15 @@
 // Package secretsource reads the webhook signing secret from AWS Secrets
-// Manager and keeps it fresh, so that a rotation needs no redeploy. It reads
-// the AWSCURRENT version and, during a rotation, the AWSPENDING one: both
-// are live, and deliveries are signed with each (receivers verify with
-// whichever they hold).
+// Manager and keeps it fresh, so that a rotation needs no redeploy, and
+// reads plain-text secrets (the downstream URL) once.
+//
+// A rotation cannot break deliveries. Every version that is labelled is
+// live: AWSCURRENT, AWSPENDING (a rotation under way: receivers may already
+// hold it) and AWSPREVIOUS (the one before: receivers may still hold only
+// it), and deliveries are signed with each, until the procedure's last step
+// removes the AWSPREVIOUS label. A pending or previous version that is not
+// a valid key is ignored, with a warning and a count (never an init
+// failure); only AWSCURRENT must be valid. Once read, the keys stay in use
+// through any failed re-read, which is logged and counted.
 //
 // It is a driver: it classifies errors and never retries (the SDK does),
 // and no error, log line or value it returns ever holds the secret.
@@ -13,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -48,38 +56,74 @@ type API interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
 }
 
+// The version stages whose keys are live, in the order deliveries carry
+// their signatures.
+const (
+	StageCurrent  = "AWSCURRENT"
+	StagePending  = "AWSPENDING"
+	StagePrevious = "AWSPREVIOUS"
+)
+
+var liveStages = []string{StageCurrent, StagePending, StagePrevious}
+
+// Counts are what went wrong without stopping deliveries, since the last
+// TakeCounts: versions ignored because they are not valid keys, and
+// re-reads that failed (the keys already read stayed in use).
+type Counts struct {
+	Ignored       int
+	RefreshFailed int
+}
+
 // Source holds the live keys of one secret. It is safe for concurrent use:
-// under Lambda Managed Instances one Source serves every invocation of the
-// process, so reads may overlap (a periodic refresh, and a Reload after a
-// refused signature); the keys held are always those of the read that began
-// last among those that finished, never an older read that finished later.
+// its state is behind one mutex. Under Lambda Managed Instances one Source
+// serves every invocation of the process, so reads may overlap (a periodic
+// refresh, and a Reload after a refused signature); the keys held are
+// always those of the read that began last among those that succeeded,
+// never an older read that finished later.
 type Source struct {
 	api     API
 	id      string
 	refresh time.Duration
 	now     func() time.Time
+	log     *slog.Logger
 
 	mu         sync.Mutex
 	keys       [][]byte
 	readAt     time.Time
 	refreshing bool
+	counts     Counts
 	// begun numbers the reads as they start; held is the number of the
 	// read whose keys are held.
 	begun, held uint64
 }
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
-// refresh (zero means DefaultRefresh). Call Load before use.
-func New(api API, id string, refresh time.Duration) *Source {
+// refresh (zero means DefaultRefresh), warning on logger (nil: the default
+// logger). Call Load before use.
+func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source {
 	if refresh <= 0 {
 		refresh = DefaultRefresh
 	}
-	return &Source{api: api, id: id, refresh: refresh, now: time.Now}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Source{api: api, id: id, refresh: refresh, now: time.Now, log: logger}
+}
+
+// TakeCounts returns the counts since the last call and starts them again
+// (each problem is reported once, in one invocation's metrics).
+func (s *Source) TakeCounts() Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.counts
+	s.counts = Counts{}
+	return c
 }
 
 // Load reads the keys now. Use it at init: its error says what is wrong
-// (missing secret, missing permission, a value that is not a key) without
-// the value.
+// (missing secret, missing permission, an AWSCURRENT value that is not a
+// key) without the value. An invalid pending or previous version is not
+// an error: it is ignored, logged and counted.
 func (s *Source) Load(ctx context.Context) error {
 	_, err := s.reload(ctx)
 	return err
@@ -142,13 +186,14 @@ func (s *Source) current() [][]byte {
 
 // Reload reads the keys again now (the caller does this when a receiver
 // refuses a signature) and reports whether the keys held now differ from
-// those held when it was called. A caller comparing with the keys it signed with must compare
-// those itself: another delivery may have reloaded first.
+// those held when it was called. A caller comparing with the keys it
+// signed with must compare those itself: another delivery may have
+// reloaded first.
 //
 // It reads on every call, deliberately: a refusal right after a rotation
 // must see the new keys, or the event is stored as a permanent failure. A
-// receiver that refuses every signature therefore costs two reads per
-// delivery (AWSCURRENT and AWSPENDING).
+// receiver that refuses every signature therefore costs three reads per
+// delivery (AWSCURRENT, AWSPENDING and AWSPREVIOUS).
 func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 	return s.reload(ctx)
 }
@@ -158,39 +203,99 @@ func (s *Source) reload(ctx context.Context) (bool, error) {
 	s.begun++
 	n, before := s.begun, s.keys
 	s.mu.Unlock()
-	current, err := s.read(ctx, "AWSCURRENT")
-	if err != nil {
-		return false, err
-	}
-	keys := [][]byte{current}
-	pending, err := s.read(ctx, "AWSPENDING")
-	switch {
-	case err == nil && !bytes.Equal(pending, current):
-		keys = append(keys, pending)
-	case err != nil && !isNotFound(err):
-		return false, err
-	}
+	keys, ignored, err := s.readLive(ctx)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n > s.held {
-		s.keys, s.readAt, s.held = keys, s.now(), n
+	s.counts.Ignored += len(ignored)
+	reread := s.keys != nil
+	changed := false
+	switch {
+	case err != nil && reread:
+		// A re-read: the keys already read stay in use.
+		s.counts.RefreshFailed++
+	case err == nil:
+		if n > s.held {
+			s.keys, s.readAt, s.held = keys, s.now(), n
+		}
+		// Else a read that began after this one has stored its keys
+		// already: this one may hold the versions before a rotation, so
+		// it is dropped.
+		changed = !equalKeys(before, s.keys)
 	}
-	// Else a read that began after this one has already stored its keys:
-	// this one may hold the version before a rotation, so it is dropped.
-	return !equalKeys(before, s.keys), nil
+	s.mu.Unlock()
+	// Logged outside the lock: deliveries wait on it.
+	for _, ig := range ignored {
+		s.log.WarnContext(ctx, "signing secret version ignored: it is not a valid key; deliveries are signed with the valid versions only",
+			"secret", s.id, "stage", ig.stage, "error", ig.err.Error())
+	}
+	if err != nil && reread {
+		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
+	}
+	return changed, err
+}
+
+type ignoredVersion struct {
+	stage string
+	err   error
+}
+
+// readLive reads the key of every live stage: AWSCURRENT must be a valid
+// key; a pending or previous version that is missing is not live, and one
+// that is not a valid key is ignored (and reported).
+func (s *Source) readLive(ctx context.Context) (keys [][]byte, ignored []ignoredVersion, err error) {
+	for _, stage := range liveStages {
+		key, err := s.read(ctx, stage)
+		switch {
+		case err == nil:
+			if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
+				keys = append(keys, key)
+			}
+		case stage != StageCurrent && isNotFound(err):
+		case stage != StageCurrent && isInvalid(err):
+			ignored = append(ignored, ignoredVersion{stage, err})
+		default:
+			return nil, ignored, err
+		}
+	}
+	return keys, ignored, nil
 }
 
 // read returns the decoded key of one version stage.
 func (s *Source) read(ctx context.Context, stage string) ([]byte, error) {
-	out, err := s.api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(s.id), VersionStage: aws.String(stage)})
+	value, err := readString(ctx, s.api, s.id, stage)
 	if err != nil {
-		return nil, s.classify(stage, err)
+		return nil, err
 	}
-	key, err := webhooksig.DecodeSecret(aws.ToString(out.SecretString))
+	key, err := webhooksig.DecodeSecret(value)
 	if err != nil {
-		return nil, idem.Permanent(fmt.Errorf("secret %s (%s): %w", s.id, stage, err))
+		return nil, invalid{idem.Permanent(fmt.Errorf("secret %s (%s): %w", s.id, stage, err))}
 	}
 	return key, nil
+}
+
+// ReadString reads the AWSCURRENT value of a plain-text secret (the
+// downstream URL). Its errors name the secret, never the value.
+func ReadString(ctx context.Context, api API, id string) (string, error) {
+	return readString(ctx, api, id, StageCurrent)
+}
+
+func readString(ctx context.Context, api API, id, stage string) (string, error) {
+	out, err := api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id), VersionStage: aws.String(stage)})
+	if err != nil {
+		return "", classify(id, stage, err)
+	}
+	if out.SecretString == nil {
+		return "", idem.Permanent(fmt.Errorf("secret %s (%s) holds binary data; want a string", id, stage))
+	}
+	return *out.SecretString, nil
+}
+
+type invalid struct{ error }
+
+func (e invalid) Unwrap() error { return e.error }
+
+func isInvalid(err error) bool {
+	_, ok := errors.AsType[invalid](err)
+	return ok
 }
 
 type notFound struct{ error }
@@ -204,24 +309,24 @@ func isNotFound(err error) bool {
 
 // classify names the secret and, for a denial, the permission; it never
 // repeats the SDK's message body, which could echo request content.
-func (s *Source) classify(stage string, err error) error {
+func classify(id, stage string, err error) error {
 	if _, ok := errors.AsType[*types.ResourceNotFoundException](err); ok {
-		return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", s.id, stage))}
+		return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", id, stage))}
 	}
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
 		case "AccessDeniedException":
-			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", s.id, RequiredIAMActions()[0], api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", id, RequiredIAMActions()[0], api.ErrorCode()))
 		case "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException":
-			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", s.id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", id, api.ErrorCode()))
 		case "DecryptionFailure":
-			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", s.id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", id, api.ErrorCode()))
 		}
 		if api.ErrorFault() == smithy.FaultClient {
-			return idem.Permanent(fmt.Errorf("secret %s: %s", s.id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("secret %s: %s", id, api.ErrorCode()))
 		}
 	}
-	return idem.Transient(fmt.Errorf("reading secret %s: %w", s.id, err))
+	return idem.Transient(fmt.Errorf("reading secret %s: %w", id, err))
 }
 
 func equalKeys(a, b [][]byte) bool { return slices.EqualFunc(a, b, bytes.Equal) }

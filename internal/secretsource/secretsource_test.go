@@ -1,11 +1,13 @@
 package secretsource_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +47,7 @@ func TestRotationOnMoto(t *testing.T) {
 	ctx := context.Background()
 	first, second := newSecretValue(), newSecretValue()
 	arn := newSecret(t, client, first)
-	src := secretsource.New(client, arn, time.Hour)
+	src := secretsource.New(client, arn, time.Hour, nil)
 	if err := src.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -89,28 +91,83 @@ func TestRotationOnMoto(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Secrets Manager moved AWSPREVIOUS to the old version: receivers that
+	// hold only the old secret still verify, until the label is removed.
 	if changed, err := src.Reload(ctx); err != nil || !changed {
 		t.Fatalf("after promotion: changed %v, %v", changed, err)
 	}
+	if keys, _ = src.Keys(ctx); len(keys) != 2 || base64.StdEncoding.EncodeToString(keys[0]) != second || base64.StdEncoding.EncodeToString(keys[1]) != first {
+		t.Fatalf("after promotion: %d keys; want the new current one, then the previous one", len(keys))
+	}
+	if _, err := client.UpdateSecretVersionStage(ctx, &secretsmanager.UpdateSecretVersionStageInput{SecretId: &arn, VersionStage: aws.String("AWSPREVIOUS"), RemoveFromVersionId: &oldID}); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := src.Reload(ctx); err != nil || !changed {
+		t.Fatalf("after removing AWSPREVIOUS: changed %v, %v", changed, err)
+	}
 	if keys, _ = src.Keys(ctx); len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != second {
-		t.Errorf("after promotion: %d keys; want only the new current one", len(keys))
+		t.Errorf("after removing AWSPREVIOUS: %d keys; want only the new current one", len(keys))
+	}
+}
+
+// A pending or previous version that is not a valid key (the 18-byte
+// pending key that failed every cold start) is ignored, with a warning and
+// a count, at init and at every re-read; the valid keys sign on.
+func TestInvalidVersionsAreIgnoredWithAWarning(t *testing.T) {
+	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
+	ctx := context.Background()
+	current := newSecretValue()
+	arn := newSecret(t, client, current)
+	short := base64.StdEncoding.EncodeToString(make([]byte, 18))
+	if _, err := client.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &arn, SecretString: &short, VersionStages: []string{"AWSPENDING"}}); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	src := secretsource.New(client, arn, time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
+	if err := src.Load(ctx); err != nil {
+		t.Fatalf("Load with an invalid pending version: %v; want no init failure", err)
+	}
+	keys, err := src.Keys(ctx)
+	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
+		t.Fatalf("keys %d, %v; want the current one only", len(keys), err)
+	}
+	if got := src.TakeCounts(); got != (secretsource.Counts{Ignored: 1}) {
+		t.Errorf("counts %+v; want one ignored version", got)
+	}
+	if l := log.String(); !strings.Contains(l, "signing secret version ignored") || !strings.Contains(l, "stage=AWSPENDING") || strings.Contains(l, short) {
+		t.Errorf("log %q; want a warning naming the stage, never the value", l)
+	}
+	// The same holds for an invalid AWSCURRENT once keys are read: put
+	// straight to AWSCURRENT, the invalid value moves the valid one to
+	// AWSPREVIOUS, and the keys read before stay in use.
+	if _, err := client.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &arn, SecretString: aws.String("not a key!")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Reload(ctx); err == nil {
+		t.Errorf("Reload with an invalid AWSCURRENT: no error; want one")
+	}
+	if keys, err := src.Keys(ctx); err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
+		t.Errorf("keys after an invalid AWSCURRENT: %d, %v; want the ones read before", len(keys), err)
+	}
+	if got := src.TakeCounts(); got.RefreshFailed != 1 {
+		t.Errorf("counts %+v; want one failed refresh", got)
 	}
 }
 
 func TestFailuresNameTheSecretNeverItsValue(t *testing.T) {
 	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
 	ctx := context.Background()
-	missing := secretsource.New(client, "no-such-webhook-secret", 0)
+	missing := secretsource.New(client, "no-such-webhook-secret", 0, nil)
 	if err := missing.Load(ctx); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "no-such-webhook-secret") {
 		t.Errorf("missing secret: %v (%v); want a permanent error naming it", err, idem.Classify(err))
 	}
 	bad := "this is not base64 but a password!"
 	arn := newSecret(t, client, bad)
-	err := secretsource.New(client, arn, 0).Load(ctx)
+	err := secretsource.New(client, arn, 0, nil).Load(ctx)
 	if idem.Classify(err) != idem.ClassPermanent || strings.Contains(err.Error(), "password") || !strings.Contains(err.Error(), arn) {
 		t.Errorf("a value that is not a key: %v; want a permanent error naming the secret, without its value", err)
 	}
-	unreachable := secretsource.New(secretsmanager.NewFromConfig(ddblocal.Config("http://127.0.0.1:1", nil), func(o *secretsmanager.Options) { o.RetryMaxAttempts = 1 }), arn, 0)
+	unreachable := secretsource.New(secretsmanager.NewFromConfig(ddblocal.Config("http://127.0.0.1:1", nil), func(o *secretsmanager.Options) { o.RetryMaxAttempts = 1 }), arn, 0, nil)
 	if err := unreachable.Load(ctx); idem.Classify(err) != idem.ClassTransient {
 		t.Errorf("unreachable Secrets Manager: %v; want transient", err)
 	}
@@ -121,7 +178,8 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	ep := ddblocal.MotoEndpoint(t)
 	client := secretsmanager.NewFromConfig(ddblocal.Config(ep, nil))
 	arn := newSecret(t, client, newSecretValue())
-	src := secretsource.New(client, arn, time.Nanosecond)
+	var log bytes.Buffer
+	src := secretsource.New(client, arn, time.Nanosecond, slog.New(slog.NewTextHandler(&log, nil)))
 	if err := src.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +188,16 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	}
 	if keys, err := src.Keys(context.Background()); err != nil || len(keys) != 1 {
 		t.Errorf("keys after a failed refresh: %d, %v; want the last good key", len(keys), err)
+	}
+	// The failure is logged and counted (once per failed re-read), not silent.
+	if got := src.TakeCounts(); got != (secretsource.Counts{RefreshFailed: 1}) {
+		t.Errorf("counts %+v; want one failed refresh", got)
+	}
+	if !strings.Contains(log.String(), "signing secret not re-read") || !strings.Contains(log.String(), arn) {
+		t.Errorf("log %q; want a warning naming the secret", log.String())
+	}
+	if got := src.TakeCounts(); got != (secretsource.Counts{}) {
+		t.Errorf("counts taken twice: %+v; want zero the second time", got)
 	}
 }
 
@@ -144,7 +212,7 @@ type hangingAPI struct {
 func (h *hangingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
 	h.calls.Add(1)
 	if h.answers.Add(-1) >= 0 {
-		if aws.ToString(in.VersionStage) == "AWSPENDING" {
+		if aws.ToString(in.VersionStage) != "AWSCURRENT" {
 			return nil, &types.ResourceNotFoundException{Message: aws.String("no pending version")}
 		}
 		return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(h.value)}, nil
@@ -158,8 +226,8 @@ func (h *hangingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetS
 // have, and a failed re-read is not tried again on every delivery.
 func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 	api := &hangingAPI{value: newSecretValue()}
-	api.answers.Store(2) // Load: AWSCURRENT and AWSPENDING
-	src := secretsource.New(api, "webhook", time.Nanosecond)
+	api.answers.Store(3) // Load: AWSCURRENT, AWSPENDING and AWSPREVIOUS
+	src := secretsource.New(api, "webhook", time.Nanosecond, slog.New(slog.DiscardHandler))
 	if err := src.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -181,15 +249,15 @@ func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 			t.Errorf("Keys during a hang: %v; want the keys already read", err)
 		}
 	}
-	if n := api.calls.Load(); n != 3 {
-		t.Errorf("%d GetSecretValue calls; want 3 (Load's two, then one re-read for all callers)", n)
+	if n := api.calls.Load(); n != 4 {
+		t.Errorf("%d GetSecretValue calls; want 4 (Load's three, then one re-read for all callers)", n)
 	}
-	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 3 {
+	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 4 {
 		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call for 30 s", err, api.calls.Load())
 	}
 }
 
-// rotatingAPI serves one value as AWSCURRENT (no AWSPENDING), which the
+// rotatingAPI serves one value as AWSCURRENT (no other stage), which the
 // test changes as a rotation would; an armed call reads the value, says so
 // on entered, and waits for hold before it answers.
 type rotatingAPI struct {
@@ -207,8 +275,8 @@ func (r *rotatingAPI) set(v string) {
 }
 
 func (r *rotatingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
-	if aws.ToString(in.VersionStage) == "AWSPENDING" {
-		return nil, &types.ResourceNotFoundException{Message: aws.String("no pending version")}
+	if aws.ToString(in.VersionStage) != "AWSCURRENT" {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
 	}
 	r.mu.Lock()
 	v, wait := r.value, r.armed
@@ -229,7 +297,7 @@ func (r *rotatingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.Get
 func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
 	before, after := newSecretValue(), newSecretValue()
 	api := &rotatingAPI{value: before, entered: make(chan struct{}), hold: make(chan struct{})}
-	src := secretsource.New(api, "webhook", time.Hour)
+	src := secretsource.New(api, "webhook", time.Hour, nil)
 	if err := src.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,11 @@ type Template struct {
 	// Sources are the SQS event sources of every function, sorted by
 	// function and event name.
 	Sources []EventSource
+	// API is the function the HTTP API's integration invokes (its logical
+	// id), "" without one. It may differ from the sources' function: the
+	// project's template serves the API and the queues with two functions
+	// of the same bootstrap, each with its own timeout and environment.
+	API string
 }
 
 // Queue is one AWS::SQS::Queue.
@@ -117,6 +122,13 @@ func Parse(data []byte) (*Template, error) {
 				return nil, err
 			}
 			t.Queues[id] = q
+		case "AWS::ApiGatewayV2::Integration":
+			if id, attr, ok := GetAtt(Get(props, "IntegrationUri")); ok && attr == "Arn" {
+				if t.API != "" && t.API != id {
+					return nil, fmt.Errorf("%s: a second API function %q (the first is %q)", id, id, t.API)
+				}
+				t.API = id
+			}
 		case "AWS::Serverless::Function":
 			f, err := p.function(id, props)
 			if err != nil {
@@ -139,6 +151,9 @@ func Parse(data []byte) (*Template, error) {
 		if _, ok := t.Queues[s.Queue]; !ok {
 			return nil, fmt.Errorf("%s.Events.%s: queue %q is not an AWS::SQS::Queue of this template", s.Function, s.Name, s.Queue)
 		}
+	}
+	if _, ok := t.Functions[t.API]; t.API != "" && !ok {
+		return nil, fmt.Errorf("the API's integration invokes %q, not an AWS::Serverless::Function of this template", t.API)
 	}
 	for id, q := range t.Queues {
 		if q.DLQ != "" {

@@ -116,6 +116,13 @@ func TestTheProjectTemplateHasQueuesWithDLQs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two functions of one bootstrap: local runs give API requests the API
+	// function's timeout and environment, and batches the queue function's.
+	api, queue := tpl.Functions[tpl.API], tpl.Functions[tpl.Sources[0].Function]
+	if api.ID == "" || api.ID == queue.ID || api.Timeout >= queue.Timeout || api.Env["NOTIFY_TIMEOUT"] == queue.Env["NOTIFY_TIMEOUT"] {
+		t.Errorf("API function %q (timeout %v, NOTIFY_TIMEOUT %q), queue function %q (%v, %q); want two functions, the API's with shorter times",
+			api.ID, api.Timeout, api.Env["NOTIFY_TIMEOUT"], queue.ID, queue.Timeout, queue.Env["NOTIFY_TIMEOUT"])
+	}
 	if len(tpl.Sources) == 0 {
 		t.Fatal("no SQS event sources in template.yaml")
 	}
