@@ -18,7 +18,7 @@ PIP_FLAGS   := -q --disable-pip-version-check --no-input
 # and the emulator. The REQUIRE variables turn a missing one into a failure.
 TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_TEST_RIE=$(RIE) IDEM_TEST_WEBHOOK_VERIFIER=$(VENV_VERIFY)/bin/python
 
-.PHONY: help test unit demo soak walkthrough bench vet fmt-check tools clean host-bootstrap
+.PHONY: help test unit demo soak walkthrough bench bench-ab bench-peer vet fmt-check tools clean host-bootstrap
 
 ## help: list the targets
 help:
@@ -90,6 +90,8 @@ soak:
 	tools/with-moto.sh $(GO) run ./cmd/soak -events $(SOAK_EVENTS) -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -out RELIABILITY.md
 
 BENCH_DIR := $(TOOLS)/bench
+# Events per end-to-end run of make bench, bench-ab and bench-peer.
+BENCH_EVENTS ?= 2000
 
 ## bench: measure what an event costs; prints a table and writes BENCHMARKS.md
 bench:
@@ -102,7 +104,33 @@ bench:
 	CGO_ENABLED=0 $(GO) build -tags lambda.norpc,benchprofile -o $(BENCH_DIR)/bootstrap-profile ./cmd/handler
 	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) \
 		-profile-bootstrap $(BENCH_DIR)/bootstrap-profile \
-		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -out BENCHMARKS.md
+		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -events $(BENCH_EVENTS) -out BENCHMARKS.md
+
+# The commit whose bootstrap bench-ab compares against: by default where
+# this branch left main.
+BENCH_BASE ?= $(shell git merge-base HEAD main 2>/dev/null || git rev-parse HEAD~1)
+BENCH_RUNS ?= 3
+
+## bench-ab: interleaved A/B of the end-to-end CPU and cold start, this bootstrap against BENCH_BASE's (default: the merge base with main); writes its section of BENCHMARKS.md
+bench-ab:
+	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
+	$(MAKE) --no-print-directory host-bootstrap
+	rm -rf $(BENCH_DIR)/base && mkdir -p $(BENCH_DIR)/base
+	git archive $(BENCH_BASE) | tar -x -C $(BENCH_DIR)/base
+	cd $(BENCH_DIR)/base && CGO_ENABLED=0 $(GO) build -tags lambda.norpc -o $(BENCH_DIR)/base-bootstrap ./cmd/handler
+	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -baseline $(BENCH_DIR)/base-bootstrap -baseline-name $(BENCH_BASE) -runs $(BENCH_RUNS) -events $(BENCH_EVENTS) -out BENCHMARKS.md
+
+PEER_DIR := tools/peer
+
+$(PEER_DIR)/node_modules/.installed: $(PEER_DIR)/package.json $(PEER_DIR)/package-lock.json
+	cd $(PEER_DIR) && npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+## bench-peer: Powertools for AWS Lambda (TypeScript), pinned in tools/peer, next to oncely on the same events, moto and webhook, alternating (needs Node and npm; not in make test); writes its section of BENCHMARKS.md
+bench-peer:
+	$(MAKE) --no-print-directory -j3 $(VENV_MOTO)/.installed $(RIE) $(PEER_DIR)/node_modules/.installed
+	$(MAKE) --no-print-directory host-bootstrap
+	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) -peer $(PEER_DIR) -runs $(BENCH_RUNS) -events $(BENCH_EVENTS) -out BENCHMARKS.md
 
 ## walkthrough: the engine's seed scenarios over the in-memory store (no AWS, no tools)
 walkthrough:
@@ -110,7 +138,7 @@ walkthrough:
 
 ## clean: remove the installed tools and build outputs
 clean:
-	rm -rf $(TOOLS) .aws-sam bin
+	rm -rf $(TOOLS) .aws-sam bin $(PEER_DIR)/node_modules
 
 include mk/sam.mk
 include mk/stack.mk

@@ -59,6 +59,10 @@ func main() {
 	managedEvents := flag.Int("managed-events", 4000, "events per run of the managed-instances section")
 	managedRuns := flag.Int("managed-runs", 3, "runs per setting of the managed-instances section")
 	only := flag.String("only", "", `run only one section ("managed": 6, Lambda Managed Instances) and print it (and write its report to -out, if given)`)
+	capacityOnly := flag.Bool("capacity-only", false, "print section 0 (capacity per outcome) and exit")
+	baseline := flag.String("baseline", "", "another bootstrap (built from an earlier commit): run the interleaved A/B of sections 4 and 5 against it, write its section of -out, and exit")
+	baselineName := flag.String("baseline-name", "", "what -baseline was built from (a commit), for the report")
+	peerDir := flag.String("peer", "", "directory of the Powertools (TypeScript) peer function (tools/peer, npm ci done): run the peer comparison, write its section of -out, and exit")
 	flag.Parse()
 	if *only == "managed" {
 		f, err := managedInstances(context.Background(), *rieBin, *boot, *managedEvents, *managedRuns)
@@ -71,7 +75,7 @@ func main() {
 				path = *out
 			}
 		})
-		fail(report(os.Stdout, path, f, "", "", ""))
+		fail(report(os.Stdout, path, f, "", "", extras{}))
 		return
 	} else if *only != "" {
 		fail(fmt.Errorf("-only %q: the one section that runs alone is managed", *only))
@@ -80,8 +84,21 @@ func main() {
 	if moto == "" {
 		fail(errors.New(ddblocal.EnvMoto + " is not set: run `make bench`, which starts moto"))
 	}
-	var figs []figure
 	ctx := context.Background()
+	switch {
+	case *capacityOnly:
+		table, err := capacity(ctx, moto)
+		fail(err)
+		fmt.Print(table)
+		return
+	case *baseline != "":
+		fail(abCompare(ctx, moto, *rieBin, *boot, *baseline, *baselineName, *events, *runs, *starts, *out))
+		return
+	case *peerDir != "":
+		fail(peerCompare(ctx, moto, *rieBin, *boot, *peerDir, *events, *runs, *starts, *out))
+		return
+	}
+	var figs []figure
 	f, err := storeCalls(ctx, moto)
 	fail(err)
 	figs = append(figs, f...)
@@ -100,12 +117,30 @@ func main() {
 	f, err = managedInstances(ctx, *rieBin, *boot, *managedEvents, *managedRuns)
 	fail(err)
 	figs = append(figs, f...)
-	bootProfile := ""
+	var x extras
+	x.capacity, err = capacity(ctx, moto)
+	fail(err)
 	if *profBoot != "" {
-		bootProfile, err = profileBootstrap(ctx, moto, *rieBin, *profBoot, *keepProf)
+		x.freshProfile, x.replayProfile, err = profileBootstrap(ctx, moto, *rieBin, *profBoot, *keepProf)
 		fail(err)
 	}
-	fail(report(os.Stdout, *out, figs, *goBench, *profile, bootProfile))
+	fail(report(os.Stdout, *out, figs, *goBench, *profile, x))
+}
+
+// startLoad is the load average when the bench started.
+var startLoad = loadAverage()
+
+// loadAverage is the 1-minute load average, from /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }
 
 func fail(err error) {
@@ -268,7 +303,8 @@ func stats(v []float64) summary {
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	return summary{med: s[len(s)/2], min: s[0], max: s[len(s)-1]}
+	// Of an even count, the mean of the two middle values.
+	return summary{med: (s[(len(s)-1)/2] + s[len(s)/2]) / 2, min: s[0], max: s[len(s)-1]}
 }
 
 // --- 3. Batch latency against store round-trip time ---
@@ -446,6 +482,73 @@ func clockTicks() float64 {
 	return 100
 }
 
+// e2eRun is one end-to-end run: a fresh table, the bootstrap under a fresh
+// emulator, total fresh events, then the same events again (replays).
+type e2eRun struct {
+	rate, freshCPU, replayCPU, rss float64 // events/s, ms per event, ms per event, MiB
+}
+
+func runEndToEnd(ctx context.Context, moto, rieBin, boot, url string, total int) (e2eRun, error) {
+	return runFunction(ctx, moto, rieBin, oncely(moto, boot), url, total)
+}
+
+// function is a bootstrap to measure: oncely's, or a peer's.
+type function struct {
+	name, boot string
+	// pid finds the runtime's process under the emulator.
+	pid func(*rie.Emulator) int
+	// table creates a fresh table of the function's shape.
+	table func(ctx context.Context) (string, error)
+	env   []string
+}
+
+func oncely(moto, boot string) function {
+	return function{name: "oncely", boot: boot, pid: (*rie.Emulator).RuntimePID,
+		table: func(ctx context.Context) (string, error) { return newTable(ctx, moto, "bench-e2e") }}
+}
+
+func runFunction(ctx context.Context, moto, rieBin string, fn function, url string, total int) (e2eRun, error) {
+	table, err := fn.table(ctx)
+	if err != nil {
+		return e2eRun{}, err
+	}
+	emu, err := startFunction(ctx, moto, rieBin, fn.boot, table, url, fn.env...)
+	if err != nil {
+		return e2eRun{}, err
+	}
+	defer emu.Stop()
+	// Warm up: the cold start and first connections are not per-event costs.
+	if err := invokeOK(ctx, emu, sqsPayload(-10, 10)); err != nil {
+		return e2eRun{}, err
+	}
+	pid := fn.pid(emu)
+	cpu0, _ := cpuSeconds(pid)
+	start := time.Now()
+	for i := 0; i < total; i += 10 {
+		if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
+			return e2eRun{}, err
+		}
+	}
+	elapsed := time.Since(start)
+	cpu1, _ := cpuSeconds(pid)
+	for i := 0; i < total; i += 10 {
+		if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
+			return e2eRun{}, err
+		}
+	}
+	cpu2, _ := cpuSeconds(pid)
+	peak, _ := peakRSS(pid)
+	if pid == 0 || pid != fn.pid(emu) {
+		return e2eRun{}, errors.New("the runtime restarted during the run")
+	}
+	return e2eRun{
+		rate:      float64(total) / elapsed.Seconds(),
+		freshCPU:  (cpu1 - cpu0) / float64(total) * 1000,
+		replayCPU: (cpu2 - cpu1) / float64(total) * 1000,
+		rss:       float64(peak) / (1 << 20),
+	}, nil
+}
+
 func endToEnd(ctx context.Context, moto, rieBin, boot string, total, runs int) ([]figure, error) {
 	down, url, stop, err := serveDownstream()
 	if err != nil {
@@ -454,49 +557,13 @@ func endToEnd(ctx context.Context, moto, rieBin, boot string, total, runs int) (
 	defer stop()
 	var rate, freshCPU, replayCPU, rss []float64
 	for run := range runs {
-		table, err := newTable(ctx, moto, "bench-e2e")
+		r, err := runEndToEnd(ctx, moto, rieBin, boot, url, total)
 		if err != nil {
 			return nil, err
 		}
-		emu, err := startFunction(ctx, moto, rieBin, boot, table, url)
-		if err != nil {
-			return nil, err
-		}
-		// Warm up: the cold start and first connections are not per-event costs.
-		if err := invokeOK(ctx, emu, sqsPayload(-10, 10)); err != nil {
-			emu.Stop()
-			return nil, err
-		}
-		pid := emu.RuntimePID()
-		cpu0, _ := cpuSeconds(pid)
-		start := time.Now()
-		for i := 0; i < total; i += 10 {
-			if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
-				emu.Stop()
-				return nil, err
-			}
-		}
-		elapsed := time.Since(start)
-		cpu1, _ := cpuSeconds(pid)
-		for i := 0; i < total; i += 10 {
-			if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
-				emu.Stop()
-				return nil, err
-			}
-		}
-		cpu2, _ := cpuSeconds(pid)
-		peak, _ := peakRSS(pid)
-		if pid != emu.RuntimePID() {
-			emu.Stop()
-			return nil, errors.New("the runtime restarted during the run")
-		}
-		emu.Stop()
-		rate = append(rate, float64(total)/elapsed.Seconds())
-		freshCPU = append(freshCPU, (cpu1-cpu0)/float64(total)*1000)
-		replayCPU = append(replayCPU, (cpu2-cpu1)/float64(total)*1000)
-		rss = append(rss, float64(peak)/(1<<20))
+		rate, freshCPU, replayCPU, rss = append(rate, r.rate), append(freshCPU, r.freshCPU), append(replayCPU, r.replayCPU), append(rss, r.rss)
 		fmt.Fprintf(os.Stderr, "bench: end-to-end run %d: %.0f events/s, fresh %.3f ms CPU/event, replay %.3f ms CPU/event, peak RSS %.1f MiB\n",
-			run+1, rate[run], freshCPU[run], replayCPU[run], rss[run])
+			run+1, r.rate, r.freshCPU, r.replayCPU, r.rss)
 	}
 	if got := down.Total(); got < total*runs {
 		return nil, fmt.Errorf("downstream saw %d deliveries; want at least %d", got, total*runs)
@@ -514,20 +581,14 @@ func endToEnd(ctx context.Context, moto, rieBin, boot string, total, runs int) (
 
 // --- 5. Cold start ---
 
-func coldStart(ctx context.Context, moto, rieBin, boot string, starts int) ([]figure, error) {
-	_, url, stop, err := serveDownstream()
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	table, err := newTable(ctx, moto, "bench-cold")
-	if err != nil {
-		return nil, err
-	}
+// coldStarts times the first invoke of n fresh emulators running boot, each
+// replaying one event already stored in table (the first start, which
+// stores it, is not counted).
+func coldStarts(ctx context.Context, moto, rieBin, boot, table, url string, n int, env ...string) ([]float64, error) {
 	var firsts []float64
 	payload := sqsPayload(0, 1)
-	for i := range starts + 1 {
-		emu, err := startFunction(ctx, moto, rieBin, boot, table, url)
+	for i := range n + 1 {
+		emu, err := startFunction(ctx, moto, rieBin, boot, table, url, env...)
 		if err != nil {
 			return nil, err
 		}
@@ -542,6 +603,23 @@ func coldStart(ctx context.Context, moto, rieBin, boot string, starts int) ([]fi
 			firsts = append(firsts, float64(d.Microseconds())/1000)
 		}
 	}
+	return firsts, nil
+}
+
+func coldStart(ctx context.Context, moto, rieBin, boot string, starts int) ([]figure, error) {
+	_, url, stop, err := serveDownstream()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	table, err := newTable(ctx, moto, "bench-cold")
+	if err != nil {
+		return nil, err
+	}
+	firsts, err := coldStarts(ctx, moto, rieBin, boot, table, url, starts)
+	if err != nil {
+		return nil, err
+	}
 	s := stats(firsts)
 	return []figure{{"5. Cold start", "first invoke of a fresh runtime to its response", ms3(s), "≤ 30 ms", verdict(s.med <= 30),
 		fmt.Sprintf("%d fresh emulators; the emulator starts the bootstrap on the first invoke, so this is process start + Go init + config + SDK setup + one replayed record (one moto call); median (min–max)", starts)}}, nil
@@ -550,54 +628,69 @@ func coldStart(ctx context.Context, moto, rieBin, boot string, starts int) ([]fi
 // --- Where the bootstrap's CPU goes ---
 
 // profileBootstrap runs fresh events through a bootstrap built with the
-// benchprofile tag and returns `go tool pprof -top` of its CPU profile.
-func profileBootstrap(ctx context.Context, moto, rieBin, boot, keep string) (string, error) {
+// benchprofile tag, then the same events again in a second runtime (so
+// every record replays), and returns `go tool pprof -top -cum` of each
+// path's CPU profile.
+func profileBootstrap(ctx context.Context, moto, rieBin, boot, keep string) (fresh, replay string, err error) {
 	_, url, stop, err := serveDownstream()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer stop()
 	table, err := newTable(ctx, moto, "bench-prof")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	dir, err := os.MkdirTemp("", "oncely-prof")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	const seconds = 6
-	emu, err := startFunction(ctx, moto, rieBin, boot, table, url, "ONCELY_CPUPROFILE="+dir+"/cpu", fmt.Sprintf("ONCELY_CPUPROFILE_SECONDS=%d", seconds))
-	if err != nil {
-		return "", err
-	}
-	start := time.Now()
-	for i := 0; time.Since(start) < (seconds+1)*time.Second; i += 10 {
-		if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
-			emu.Stop()
-			return "", err
-		}
-	}
-	emu.Stop()
-	files, _ := os.ReadDir(dir)
-	if len(files) != 1 {
-		return "", fmt.Errorf("want one profile in %s, found %d", dir, len(files))
-	}
-	raw := dir + "/" + files[0].Name()
-	if keep != "" {
-		b, err := os.ReadFile(raw)
-		if err == nil {
-			err = os.WriteFile(keep, b, 0o644)
-		}
+	const seconds = 12
+	events := 0
+	profile := func(name string, replay bool) (string, error) {
+		dir, err := os.MkdirTemp("", "oncely-prof")
 		if err != nil {
 			return "", err
 		}
+		defer os.RemoveAll(dir)
+		emu, err := startFunction(ctx, moto, rieBin, boot, table, url, "ONCELY_CPUPROFILE="+dir+"/cpu", fmt.Sprintf("ONCELY_CPUPROFILE_SECONDS=%d", seconds))
+		if err != nil {
+			return "", err
+		}
+		start := time.Now()
+		for i := 0; time.Since(start) < (seconds+1)*time.Second; i += 10 {
+			if replay {
+				i %= max(events, 10)
+			} else {
+				events = i + 10
+			}
+			if err := invokeOK(ctx, emu, sqsPayload(i, 10)); err != nil {
+				emu.Stop()
+				return "", err
+			}
+		}
+		emu.Stop()
+		files, _ := os.ReadDir(dir)
+		if len(files) != 1 {
+			return "", fmt.Errorf("want one profile in %s, found %d", dir, len(files))
+		}
+		raw := dir + "/" + files[0].Name()
+		if keep != "" {
+			b, err := os.ReadFile(raw)
+			if err == nil {
+				err = os.WriteFile(keep+"."+name, b, 0o644)
+			}
+			if err != nil {
+				return "", err
+			}
+		}
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount", "40", boot, raw).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("pprof: %v\n%s", err, out)
+		}
+		return string(out), nil
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount", "40", boot, raw).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("pprof: %v\n%s", err, out)
+	if fresh, err = profile("fresh", false); err != nil {
+		return "", "", err
 	}
-	return string(out), nil
+	replay, err = profile("replay", true)
+	return fresh, replay, err
 }
 
 // missedNotes explains the end-to-end CPU misses; the profiles below are
@@ -626,6 +719,17 @@ Fixed, because it was cheap (measured on 2026-11-30 with ` + "`make bench`" + `'
   the new defaults: fresh 1.180 and 1.080 ms against 0.840 and 0.955 ms; replay 0.595 and
   0.540 ms against 0.375 and 0.445 ms; peak RSS 17.0 MiB against 20.2-20.3 MiB.
 
+Done in issue 22, through the SDK's own options (internal/lambdasdk, whose package comment says what each
+changes and why it is safe): endpoints resolved once per parameter set instead of per call, account-id endpoint
+rules off, no process-wide retry quota, no CRC32 re-check of TLS-protected responses. Per DynamoDB call against a
+local server (` + "`go test -bench PutItem ./internal/lambdasdk/`" + `, 3,000 calls, 3-4 runs) they take about 8 of the ~390
+allocations and 0.3-0.7 KB of the ~34 KB, and no CPU difference shows above that benchmark's noise (0.36-0.45 ms of
+process CPU per call, client and local server together): the SDK rebuilds its middleware stack on every call,
+copying its options into each middleware, clones the request for signing and retries, and decodes JSON through
+a generic document, and no option turns that off. The interleaved A/B section below says what these options and
+the smaller records change end to end. The profiles of both paths below show what is left: the SDK's per-call
+stack and SigV4 signing, the JSON (de)serialization of items, and the round trips' syscalls.
+
 Not done, because it is not cheap: replacing the SDK's DynamoDB client with a hand-written one
 (three fixed request shapes, SigV4 over a pooled connection). It would remove most of the SDK's
 share, but not the round trips' syscalls and wake-ups, which on this VM alone come near the
@@ -633,7 +737,22 @@ fresh-event budget. That deserves its own issue, with the risk of owning request
 
 // --- The report ---
 
-func report(stdout io.Writer, path string, figs []figure, goBench, profile, bootProfile string) error {
+// extras are the report's parts that are not figures.
+type extras struct {
+	capacity                    string // section 0's table
+	freshProfile, replayProfile string // pprof -top -cum of the bootstrap
+}
+
+// capacity measures section 0 and returns its Markdown.
+func capacity(ctx context.Context, moto string) (string, error) {
+	rows, err := capacityRows(ctx, moto)
+	if err != nil {
+		return "", err
+	}
+	return capacityTable(rows), nil
+}
+
+func report(stdout io.Writer, path string, figs []figure, goBench, profile string, x extras) error {
 	host, _ := os.Hostname()
 	cpu := "unknown"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -647,8 +766,13 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile, boot
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Benchmarks\n\nRegenerate with `make bench` (it installs moto and the emulator, builds the bootstrap, and runs `go run ./cmd/bench`).\n\n")
 	fmt.Fprintf(&md, "- Measured: %s\n- Machine: %s, %d cores (%s), %s/%s, %s\n", time.Now().UTC().Format(time.RFC3339), cpu, runtime.NumCPU(), host, runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n\n")
-	fmt.Fprintf(&md, "| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n")
+	fmt.Fprintf(&md, "- Load average (1 min) when the run started and ended: %s and %s, on %d cores: above the core count, every wall-clock figure (sections 2, 3, 5) is inflated, and CPU figures less so.\n\n", startLoad, loadAverage(), runtime.NumCPU())
+	if x.capacity != "" { // not measured by -only
+		fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
+		fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
+	}
+	fmt.Fprintf(&md, "## Figures\n\n| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tmeasured\ttarget\tverdict")
 	last := ""
@@ -683,8 +807,11 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile, boot
 	if missed {
 		fmt.Fprintf(&md, "\n## Targets missed\n\nEvery row marked MISSED above is a target this run did not meet on this machine.\n\n%s\n", missedNotes)
 	}
-	if bootProfile != "" {
-		fmt.Fprintf(&md, "\n### Where the bootstrap's CPU goes (fresh events; a bootstrap built with `-tags benchprofile`, `go tool pprof -top -cum`)\n\n```\n%s```\n", bootProfile)
+	if x.freshProfile != "" {
+		fmt.Fprintf(&md, "\n### Where the bootstrap's CPU goes: fresh events (a bootstrap built with `-tags benchprofile`, `go tool pprof -top -cum`)\n\n```\n%s```\n", x.freshProfile)
+	}
+	if x.replayProfile != "" {
+		fmt.Fprintf(&md, "\n### Where the bootstrap's CPU goes: replayed events\n\n```\n%s```\n", x.replayProfile)
 	}
 	if b, err := os.ReadFile(profile); err == nil && len(b) > 0 {
 		fmt.Fprintf(&md, "\n### Where the engine's time goes (`go test -bench BenchmarkEngineFresh -cpuprofile`, `go tool pprof -top`)\n\n```\n%s```\n", b)
@@ -692,5 +819,75 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile, boot
 	if path == "" {
 		return nil
 	}
+	// The opt-in comparisons keep their sections across a plain run.
+	old, _ := os.ReadFile(path)
+	for _, name := range []string{sectionAB, sectionPeer} {
+		if sec, ok := section(string(old), name); ok {
+			md.WriteString("\n" + sec + "\n")
+		}
+	}
 	return os.WriteFile(path, []byte(md.String()), 0o644)
 }
+
+// The sections written by the opt-in runs (-baseline, -peer), between
+// markers, so that each run replaces its own and keeps the others.
+const (
+	sectionAB   = "ab"
+	sectionPeer = "peer"
+)
+
+func markers(name string) (begin, end string) {
+	return "<!-- " + name + ":begin -->", "<!-- " + name + ":end -->"
+}
+
+// section returns the named section of md, markers included.
+func section(md, name string) (string, bool) {
+	begin, end := markers(name)
+	i := strings.Index(md, begin)
+	j := strings.Index(md, end)
+	if i < 0 || j < i {
+		return "", false
+	}
+	return md[i : j+len(end)], true
+}
+
+// writeSection replaces (or appends) the named section of the report at
+// path with body.
+func writeSection(path, name, body string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	begin, end := markers(name)
+	sec := begin + "\n" + strings.TrimSpace(body) + "\n" + end
+	md := string(old)
+	if cur, ok := section(md, name); ok {
+		md = strings.Replace(md, cur, sec, 1)
+	} else {
+		md = strings.TrimRight(md, "\n") + "\n\n" + sec + "\n"
+	}
+	return os.WriteFile(path, []byte(md), 0o644)
+}
+
+// capacityNotes says how section 0 is computed.
+const capacityNotes = `Every store call of each outcome, against moto, through the real SQS adapter (sqsbatch) or
+API adapter (httpapi), the engine, ddbstore and notify, for a typical small event (a UUID-long
+event id, a namespace as long as a deployed function's generated name, the body
+` + "`{\"id\":…,\"action\":\"notify\",\"version\":\"1.4.2\"}`" + `) and a downstream replying 0 bytes, 256 bytes or
+4 KB of tag-dense HTML (quotes, ` + "`<`, `>`, `&`" + `: the worst case for JSON escaping). Local servers do not report
+consumed capacity (moto answers a constant), so the units are computed by DynamoDB's published
+rules (developer guide, "DynamoDB item sizes and formats" and "DynamoDB read and write
+operations"): an item's size is its attribute names plus values (ddbstore.ItemSize); a write costs
+one unit per started 1 KB of the larger of the item before and after it, and a **failed
+conditional write is charged too**, by the larger of the item sent and the item stored (so a
+replay's reservation costs what the stored record weighs); a strongly consistent read costs one
+unit per started 4 KB; the item a failed condition returns (ALL_OLD) is free. The triage index
+(a sparse GSI projecting every attribute) costs one write when an item enters or leaves it, two
+when its index key changes, one when an indexed item changes; its entry is taken to weigh what
+the item weighs. Sizes in the table are "before → after" for writes (0: no item). On DynamoDB a
+transaction (the ledger action, not measured here) costs twice these units.
+
+Before issue 22 a JSON result was encoded twice, with HTML escapes, and notify kept the first 256 bytes of the
+reply for SQS events too: with the 256-byte reply above, a completed record weighed 1,088 bytes (SQS) and 1,098
+bytes (API), with the 4 KB reply 1,140 and 1,148 bytes (` + "`TestTypicalEventFitsOneWriteUnit`" + ` run on the previous
+encoding), so the completion and every replay's reservation cost 2 write units instead of 1.`

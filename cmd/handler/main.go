@@ -53,7 +53,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -62,6 +61,7 @@ import (
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
@@ -142,7 +142,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
-	store, err := ddbstore.New(dynamodb.NewFromConfig(awsCfg), cfg.Table, cfg.Namespace)
+	// The store's client drops per-call work a function does not need
+	// (package lambdasdk says what and why).
+	store, err := ddbstore.New(lambdasdk.DynamoDB(awsCfg), cfg.Table, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}

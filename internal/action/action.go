@@ -4,10 +4,12 @@
 package action
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/oncely/oncely/internal/idem"
@@ -60,13 +62,21 @@ func Work(fn Func, ev Event) idem.Work {
 // (an unclassified error counts as permanent).
 type Func func(ctx context.Context, ev Event) (Result, error)
 
-// envelope is the stored form of a Result. The body is kept as a JSON
-// string when it is UTF-8 (readable in the table), base64 otherwise.
+// envelope is the stored form of a Result, one JSON object. A body that
+// is itself a JSON value is kept verbatim under "json" (one encoding: no
+// escaped copy of it); other UTF-8 bodies are kept as a JSON string under
+// "body" (readable in the table), anything else in base64. Strings are
+// written without HTML escaping: "<" stays one byte.
+//
+// Records written before "json" existed hold every UTF-8 body under
+// "body", HTML-escaped; Decode reads them as it always did, so their
+// replays stay byte for byte.
 type envelope struct {
-	Status      int     `json:"status"`
-	ContentType string  `json:"content_type,omitempty"`
-	Body        *string `json:"body,omitempty"`
-	BodyBase64  *string `json:"body_base64,omitempty"`
+	Status      int             `json:"status"`
+	ContentType string          `json:"content_type,omitempty"`
+	JSON        json.RawMessage `json:"json,omitempty"`
+	Body        *string         `json:"body,omitempty"`
+	BodyBase64  *string         `json:"body_base64,omitempty"`
 }
 
 // Encode returns the stored form of r.
@@ -75,18 +85,58 @@ func Encode(r Result) []byte {
 	if e.Status == 0 {
 		e.Status = 200
 	}
-	if utf8.Valid(r.Body) {
+	switch {
+	case embeddable(r.Body):
+		// Kept as is. json.Marshal would compact (and HTML-escape) a
+		// RawMessage, which changes the bytes: the object is written here.
+		b := make([]byte, 0, len(r.Body)+48+len(e.ContentType))
+		b = append(b, `{"status":`...)
+		b = strconv.AppendInt(b, int64(e.Status), 10)
+		if e.ContentType != "" {
+			b = append(b, `,"content_type":`...)
+			b = appendString(b, e.ContentType)
+		}
+		b = append(b, `,"json":`...)
+		b = append(b, r.Body...)
+		return append(b, '}')
+	case utf8.Valid(r.Body):
 		s := string(r.Body)
 		e.Body = &s
-	} else {
+	default:
 		s := base64.StdEncoding.EncodeToString(r.Body)
 		e.BodyBase64 = &s
 	}
-	b, _ := json.Marshal(e) // a struct of strings and ints always marshals
-	return b
+	return marshal(e)
 }
 
-// Decode reads a stored Result.
+// embeddable reports whether body can be stored verbatim under "json":
+// one JSON value, in UTF-8 (the envelope stays text), without surrounding
+// whitespace (which a JSON decoder would not hand back).
+func embeddable(body []byte) bool {
+	if len(body) == 0 || isSpace(body[0]) || isSpace(body[len(body)-1]) {
+		return false
+	}
+	return utf8.Valid(body) && json.Valid(body)
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// marshal encodes v as JSON without HTML escaping and without the
+// encoder's trailing newline.
+func marshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // strings, ints and raw JSON that json.Valid accepted always encode
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(b, marshal(s)...)
+}
+
+// Decode reads a stored Result, in today's form or in the form records had
+// before "json" existed.
 func Decode(b []byte) (Result, error) {
 	var e envelope
 	if err := json.Unmarshal(b, &e); err != nil {
@@ -94,6 +144,8 @@ func Decode(b []byte) (Result, error) {
 	}
 	r := Result{Status: e.Status, ContentType: e.ContentType}
 	switch {
+	case e.JSON != nil:
+		r.Body = []byte(e.JSON) // Unmarshal copies the value's bytes verbatim
 	case e.Body != nil:
 		r.Body = []byte(*e.Body)
 	case e.BodyBase64 != nil:

@@ -239,7 +239,7 @@ func describeItem(it types.TransactWriteItem) (table, key string, size int, err 
 		return "", "", 0, errors.New("each write must be exactly one of Put, Update, Delete or ConditionCheck, with a table and a key")
 	}
 	table = aws.ToString(t)
-	size += attrsSize(k) + attrsSize(values)
+	size += ItemSize(k) + ItemSize(values) // names and values, as DynamoDB counts them
 	if it.Put != nil {
 		// The key of a Put is in its item: name the key attributes we know
 		// (pk, and sk when there is one), or every attribute of a small item.
@@ -283,41 +283,6 @@ func scalar(v types.AttributeValue) string {
 	default:
 		return fmt.Sprintf("<%T>", v)
 	}
-}
-
-// attrsSize estimates the wire size of attributes: names plus values.
-func attrsSize(m map[string]types.AttributeValue) int {
-	n := 0
-	for name, v := range m {
-		n += len(name) + valueSize(v)
-	}
-	return n
-}
-
-func valueSize(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberN:
-		return len(v.Value)
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberM:
-		return attrsSize(v.Value) + 3
-	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range v.Value {
-			n += valueSize(e) + 1
-		}
-		return n
-	case *types.AttributeValueMemberSS:
-		return sumLen(v.Value)
-	case *types.AttributeValueMemberNS:
-		return sumLen(v.Value)
-	case *types.AttributeValueMemberBS:
-		return sumLen(v.Value)
-	}
-	return 1
 }
 
 func sumLen[T ~string | ~[]byte](xs []T) int {

@@ -25,7 +25,7 @@ func benchEngine(b *testing.B) *idem.Engine {
 	return e
 }
 
-var result = []byte(`{"status":200,"body":"{\"delivered\":true,\"downstream_status\":202}"}`)
+var result = []byte(`{"status":200,"json":{"delivered":true,"downstream_status":202,"reply_bytes":0,"reply_sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}`)
 
 func action(context.Context) ([]byte, error) { return result, nil }
 

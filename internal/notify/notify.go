@@ -9,6 +9,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,16 +86,106 @@ func (n *Notifier) Fits(work time.Duration) error {
 	return fmt.Errorf("NOTIFY_TIMEOUT (%v) is longer than an invocation leaves for work (%v): every request is cut to the time left; raise the function's timeout or lower NOTIFY_TIMEOUT", timeout, max(work, 0))
 }
 
-// summary is the small record kept for a delivered notification.
-type summary struct {
+// What a delivery's record keeps of the downstream's reply. A record over
+// 1 KB costs DynamoDB two write units at completion and on every replay's
+// reservation, so the summary is bounded well below that.
+const (
+	// maxReply bounds the reply prefix an API caller gets back (and the
+	// record keeps), as JSON: at most 256 bytes of the reply, fewer where
+	// JSON escapes would make it longer.
+	maxReply = maxSummary
+	// maxReplyPrefix bounds, the same way, the prefix kept for an SQS
+	// event: nobody reads that reply back, an operator only needs to
+	// recognise it.
+	maxReplyPrefix = 64
+	// maxDrain bounds how much of a reply is read (for its size, its
+	// digest and connection reuse).
+	maxDrain = 1 << 20
+)
+
+// apiSummary is what an API caller gets for a delivered notification, and
+// what its record keeps to replay: the downstream's status and the start of
+// its reply.
+type apiSummary struct {
 	Delivered        bool   `json:"delivered"`
 	DownstreamStatus int    `json:"downstream_status"`
 	Reply            string `json:"reply,omitempty"`
 }
 
+// queueSummary is what the record of an SQS event keeps of a delivered
+// notification: no caller will read the reply back, so instead of its body
+// an operator gets its size, its SHA-256 and a short prefix.
+type queueSummary struct {
+	Delivered        bool   `json:"delivered"`
+	DownstreamStatus int    `json:"downstream_status"`
+	ReplyBytes       int64  `json:"reply_bytes"`
+	ReplySHA256      string `json:"reply_sha256"`
+	ReplyPrefix      string `json:"reply_prefix,omitempty"`
+	// ReplyTruncated says the reply was longer than the part read
+	// (maxDrain): size and digest cover that part.
+	ReplyTruncated bool `json:"reply_truncated,omitempty"`
+}
+
+// reply is what post read of the downstream's answer.
+type reply struct {
+	head      []byte // the first maxSummary bytes
+	size      int64  // bytes read, at most maxDrain
+	sha256    [sha256.Size]byte
+	truncated bool // more followed
+}
+
+// summary is the stored result of a delivery answered with status.
+func summary(source string, status int, r reply) []byte {
+	if source == "sqs" {
+		return marshal(queueSummary{
+			Delivered: true, DownstreamStatus: status, ReplyBytes: r.size, ReplySHA256: hex.EncodeToString(r.sha256[:]),
+			ReplyPrefix: jsonPrefix(r.head, maxReplyPrefix), ReplyTruncated: r.truncated,
+		})
+	}
+	return marshal(apiSummary{Delivered: true, DownstreamStatus: status, Reply: jsonPrefix(r.head, maxReply)})
+}
+
+// marshal encodes v as JSON without HTML escaping ("<" stays one byte) and
+// without the encoder's newline.
+func marshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // structs of strings, ints and bools always encode
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+}
+
+// jsonPrefix returns the longest prefix of b, cut between characters,
+// whose JSON string form (without HTML escaping, quotes not counted) takes
+// at most limit bytes. It stops at the first byte that is not UTF-8.
+func jsonPrefix(b []byte, limit int) string {
+	n, size := 0, 0
+	for n < len(b) {
+		r, w := utf8.DecodeRune(b[n:])
+		if r == utf8.RuneError && w <= 1 {
+			break
+		}
+		esc := w
+		switch {
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t' || r == '\b' || r == '\f':
+			esc = 2
+		case r < 0x20 || r == '\u2028' || r == '\u2029':
+			esc = 6
+		}
+		if size+esc > limit {
+			break
+		}
+		size += esc
+		n += w
+	}
+	return string(b[:n])
+}
+
 // Do implements action.Func: one POST of ev.Body.
 //
 //	2xx                          → success; the status and a short summary are stored
+//	                               (API: the reply's first bytes, which the caller
+//	                               gets; SQS: the reply's size, digest and a prefix)
 //	429, 502, 503, 504, timeout,
 //	connection reset             → transient; Retry-After is honoured
 //	other 4xx                    → permanent
@@ -102,7 +194,7 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, head, signed, err := n.post(ctx, ev)
+	resp, rep, signed, err := n.post(ctx, ev)
 	if err != nil {
 		return action.Result{}, err
 	}
@@ -113,19 +205,14 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		// not, the refusal stands (permanent).
 		if _, rerr := n.Signer.Reload(ctx); rerr == nil {
 			if now, kerr := n.Signer.Keys(ctx); kerr == nil && !sameKeys(now, signed) {
-				if resp, head, _, err = n.post(ctx, ev); err != nil {
+				if resp, rep, _, err = n.post(ctx, ev); err != nil {
 					return action.Result{}, err
 				}
 			}
 		}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		s := summary{Delivered: true, DownstreamStatus: resp.StatusCode}
-		if utf8.Valid(head) {
-			s.Reply = string(head)
-		}
-		body, _ := json.Marshal(s)
-		return action.Result{Status: http.StatusOK, Body: body}, nil
+		return action.Result{Status: http.StatusOK, Body: summary(ev.Source, resp.StatusCode, rep)}, nil
 	}
 	err = n.Classifier.Error(resp.StatusCode, resp.Header.Get("Retry-After"), n.now())
 	return action.Result{}, fmt.Errorf("notify: downstream replied %d: %w", resp.StatusCode, err)
@@ -138,22 +225,22 @@ func (n *Notifier) now() time.Time {
 	return time.Now()
 }
 
-// post sends one signed POST and returns the reply's status, headers and
-// first bytes, and the keys it was signed with; the body is drained for
-// connection reuse. Its errors name the downstream by scheme and host
+// post sends one signed POST and returns the reply's status and headers,
+// what it read of the reply (its first bytes, size and digest), and the
+// keys it was signed with; the body is drained for connection reuse. Its errors name the downstream by scheme and host
 // only: a webhook URL's path, query and user info are often credentials,
 // and errors are stored, logged and returned to API callers.
-func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, []byte, [][]byte, error) {
+func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, reply, [][]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))
 	if err != nil {
-		return nil, nil, nil, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
+		return nil, reply{}, nil, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", ev.Key)
 	var keys [][]byte
 	if n.Signer != nil {
 		if keys, err = n.Signer.Keys(ctx); err != nil {
-			return nil, nil, nil, fmt.Errorf("notify: signing keys: %w", err)
+			return nil, reply{}, nil, fmt.Errorf("notify: signing keys: %w", err)
 		}
 		for k, v := range webhooksig.Headers(ev.Key, n.now(), ev.Body, keys) {
 			req.Header.Set(k, v)
@@ -172,14 +259,30 @@ func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, [
 		}
 		// A connection closed before the reply (io.EOF) is a reset too.
 		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
-			return nil, nil, nil, idem.Transient(fmt.Errorf("notify: POST to %s: %w", where, err))
+			return nil, reply{}, nil, idem.Transient(fmt.Errorf("notify: POST to %s: %w", where, err))
 		}
-		return nil, nil, nil, fmt.Errorf("notify: POST to %s: %w", where, err)
+		return nil, reply{}, nil, fmt.Errorf("notify: POST to %s: %w", where, err)
 	}
 	defer resp.Body.Close()
-	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxSummary))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // drain for connection reuse
-	return resp, head, keys, nil
+	return resp, readReply(resp.Body), keys, nil
+}
+
+// readReply reads up to maxDrain bytes of body (which also drains it for
+// connection reuse): its first maxSummary bytes, its size and its SHA-256.
+func readReply(body io.Reader) reply {
+	var r reply
+	h := sha256.New()
+	head := io.TeeReader(io.LimitReader(body, maxSummary), h)
+	r.head, _ = io.ReadAll(head)
+	rest, _ := io.Copy(h, io.LimitReader(body, maxDrain-int64(len(r.head))))
+	r.size = int64(len(r.head)) + rest
+	if r.size == maxDrain {
+		var one [1]byte
+		n, _ := body.Read(one[:])
+		r.truncated = n > 0
+	}
+	h.Sum(r.sha256[:0])
+	return r
 }
 
 func sameKeys(a, b [][]byte) bool {

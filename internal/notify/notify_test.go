@@ -1,12 +1,17 @@
 package notify_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,8 +91,74 @@ func TestSuccessSendsKeyAndStoresSummary(t *testing.T) {
 	if got.Get("Idempotency-Key") != ev.Key || got.Get("Content-Type") != "application/json" || string(body) != string(ev.Body) {
 		t.Errorf("request headers %v body %s; want the key, JSON and the event", got, body)
 	}
-	if res.Status != 200 || string(res.Body) != `{"delivered":true,"downstream_status":201,"reply":"{\"ticket\":\"T-1\"}"}` {
-		t.Errorf("result %d %s", res.Status, res.Body)
+	// An SQS event's record keeps the reply's size, digest and start, not its body.
+	want := `{"delivered":true,"downstream_status":201,"reply_bytes":16,"reply_sha256":"e885f615ad80117f9518c80aade42b4b9ba0c123cae390e47e608becd5a66460","reply_prefix":"{\"ticket\":\"T-1\"}"}`
+	if res.Status != 200 || string(res.Body) != want {
+		t.Errorf("result %d %s\nwant       200 %s", res.Status, res.Body, want)
+	}
+	// An API caller gets the start of the reply back.
+	api := ev
+	api.Source = "http"
+	res, err = notify.New(srv.URL, time.Second, notify.Classifier{}).Do(context.Background(), api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"delivered":true,"downstream_status":201,"reply":"{\"ticket\":\"T-1\"}"}`; res.Status != 200 || string(res.Body) != want {
+		t.Errorf("API result %d %s\nwant           200 %s", res.Status, res.Body, want)
+	}
+}
+
+// The summary stays small whatever the downstream answers: HTML is not
+// escaped, the API's reply is at most 256 bytes as JSON (quotes and
+// control characters included, cut between characters), the SQS prefix at
+// most 64, and size and digest cover the whole reply.
+func TestSummaryIsBoundedWhateverTheReply(t *testing.T) {
+	// A 255-byte HTML page with two quotes: its JSON form is 257 bytes.
+	html := `<!DOCTYPE html><html><head><title>Accepted</title></head><body><p class="ok">Your event &amp; its data were <b>accepted</b>.</p>`
+	html += strings.Repeat("x", 255-len(html)-len(`</body></html>`)) + `</body></html>`
+	tests := []struct {
+		name, reply    string
+		api, sqs       string // reply and reply_prefix wanted
+		sqsBytes       int
+		apiMax, sqsMax int // bound on the whole summary
+	}{
+		{"empty", "", "", "", 0, 60, 160},
+		{"html", html, html[:254], html[:64], 255, 330, 260},
+		{"quotes", strings.Repeat(`"`, 300), strings.Repeat(`"`, 128), strings.Repeat(`"`, 32), 300, 330, 260},
+		{"control characters", strings.Repeat("\x01", 100), strings.Repeat("\x01", 42), strings.Repeat("\x01", 10), 100, 330, 260},
+		{"multibyte cut", strings.Repeat("é", 200), strings.Repeat("é", 128), strings.Repeat("é", 32), 400, 330, 260},
+		{"4 KB", strings.Repeat("x", 4096), strings.Repeat("x", 256), strings.Repeat("x", 64), 4096, 330, 260},
+		{"not UTF-8", "ok\xff\xfe", "ok", "ok", 4, 330, 260},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, tt.reply) }))
+			defer srv.Close()
+			n := notify.New(srv.URL, time.Second, notify.Classifier{})
+			api := ev
+			api.Source = "http"
+			res, err := n.Do(context.Background(), api)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a struct{ Reply string }
+			if err := json.Unmarshal(res.Body, &a); err != nil || a.Reply != tt.api || len(res.Body) > tt.apiMax || bytes.Contains(res.Body, []byte(`\u003c`)) {
+				t.Errorf("API summary (%d bytes) %s: reply %q, %v; want reply %q within %d bytes, unescaped HTML", len(res.Body), res.Body, a.Reply, err, tt.api, tt.apiMax)
+			}
+			res, err = n.Do(context.Background(), ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var q struct {
+				ReplyBytes  int    `json:"reply_bytes"`
+				ReplySHA256 string `json:"reply_sha256"`
+				ReplyPrefix string `json:"reply_prefix"`
+			}
+			sum := sha256.Sum256([]byte(tt.reply))
+			if err := json.Unmarshal(res.Body, &q); err != nil || q.ReplyPrefix != tt.sqs || q.ReplyBytes != tt.sqsBytes || q.ReplySHA256 != hex.EncodeToString(sum[:]) || len(res.Body) > tt.sqsMax {
+				t.Errorf("SQS summary (%d bytes) %s: %+v, %v; want prefix %q, %d bytes, its digest, within %d bytes", len(res.Body), res.Body, q, err, tt.sqs, tt.sqsBytes, tt.sqsMax)
+			}
+		})
 	}
 }
 

@@ -340,6 +340,18 @@ func (e *Emulator) RuntimePID() int {
 	return 0
 }
 
+// ProcessPID returns the pid of the emulator's process whose executable is
+// exe (resolved, as /proc shows it), or 0: the runtime's pid when the
+// bootstrap is a script that execs an interpreter.
+func (e *Emulator) ProcessPID(exe string) int {
+	for _, pid := range sessionPIDs(e.cmd.Process.Pid) {
+		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && got == exe {
+			return pid
+		}
+	}
+	return 0
+}
+
 // KillRuntime SIGKILLs the bootstrap, as a crash would.
 func (e *Emulator) KillRuntime() error {
 	pid := e.RuntimePID()
