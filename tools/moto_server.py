@@ -13,12 +13,15 @@ worker, each request is atomic, as DynamoDB's conditional writes are. moto
 holds the GIL for nearly all its work, so little throughput is lost.
 
 It also fixes two things in moto's SQS before serving: a bug
-(fix_fifo_redelivery_order) and a cost (fast_sqs_clock).
+(fix_fifo_redelivery_order) and a cost (fast_sqs_clock); and it lifts
+waitress's connection limit (WAITRESS_SETTINGS; tools/moto_server_test.py
+shows why).
 
     python tools/moto_server.py -H 127.0.0.1 -p PORT
 """
 import argparse
 import logging
+import os
 
 import waitress
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -79,6 +82,113 @@ def fast_sqs_clock() -> None:
     models.unix_time, models.unix_time_millis = fast_unix_time, fast_unix_time_millis
 
 
+def trace_sqs(path: str):  # type: ignore[no-untyped-def]
+    """Write one JSON line per SQS request and per message it touches to path.
+
+    For finding out why a receive returned fewer messages than a test
+    expected: each line has the wall-clock time, and a receive that returns
+    fewer than it asked for lists every message of its queue with why it was
+    skipped (hidden for how many ms, delayed, in flight in a pending group).
+    """
+    import json
+    import threading
+    import time
+
+    from moto.sqs.models import SQSBackend
+
+    lock = threading.Lock()
+    out = open(path, "a", buffering=1)
+
+    def log(**kw):  # type: ignore[no-untyped-def]
+        kw["t"] = round(time.time(), 6)
+        with lock:
+            out.write(json.dumps(kw, default=str) + "\n")
+
+    def short(m):  # type: ignore[no-untyped-def]
+        return m.id[:8]
+
+    receive, change, delete, send = (
+        SQSBackend.receive_message,
+        SQSBackend.change_message_visibility,
+        SQSBackend.delete_message,
+        SQSBackend.send_message,
+    )
+
+    def receive_message(self, queue_name, count, wait, visibility, *a, **kw):  # type: ignore[no-untyped-def]
+        got = receive(self, queue_name, count, wait, visibility, *a, **kw)
+        entry = {"op": "receive", "queue": queue_name, "max": count, "wait": wait, "vis": visibility, "got": [short(m) for m in got]}
+        if len(got) < count:
+            now = time.time() * 1000
+            q = self.get_queue(queue_name)
+            entry["skipped"] = [
+                {"id": short(m), "hidden_ms": round(m.visible_at - now, 3), "delayed": m.delayed, "pending": m in q.pending_messages, "group": m.group_id, "receives": m.approximate_receive_count}
+                for m in q._messages if m.id[:8] not in entry["got"]
+            ][:20]
+        log(**entry)
+        return got
+
+    def change_message_visibility(self, queue_name, receipt_handle, visibility_timeout):  # type: ignore[no-untyped-def]
+        q = self.get_queue(queue_name)
+        m = next((m for m in q._messages if m.had_receipt_handle(receipt_handle)), None)
+        before = m.visible_at if m else None
+        try:
+            return change(self, queue_name, receipt_handle, visibility_timeout)
+        finally:
+            log(op="change_visibility", queue=queue_name, id=short(m) if m else None, vis=visibility_timeout,
+                current_handle=bool(m and m.receipt_handle == receipt_handle), before=before, after=m.visible_at if m else None)
+
+    def delete_message(self, queue_name, receipt_handle):  # type: ignore[no-untyped-def]
+        q = self.get_queue(queue_name)
+        m = next((m for m in q._messages if m.had_receipt_handle(receipt_handle)), None)
+        log(op="delete", queue=queue_name, id=short(m) if m else None)
+        return delete(self, queue_name, receipt_handle)
+
+    def send_message(self, queue_name, *a, **kw):  # type: ignore[no-untyped-def]
+        m = send(self, queue_name, *a, **kw)
+        log(op="send", queue=queue_name, id=short(m))
+        return m
+
+    SQSBackend.receive_message = receive_message
+    SQSBackend.change_message_visibility = change_message_visibility
+    SQSBackend.delete_message = delete_message
+    SQSBackend.send_message = send_message
+
+    def middleware(app):  # type: ignore[no-untyped-def]
+        def wrapped(environ, start_response):  # type: ignore[no-untyped-def]
+            target = environ.get("HTTP_X_AMZ_TARGET", "")
+            if not target.startswith("AmazonSQS."):
+                return app(environ, start_response)
+            status = []
+
+            def start(s, headers, *a):  # type: ignore[no-untyped-def]
+                status.append(s.split(" ", 1)[0])
+                return start_response(s, headers, *a)
+
+            t0 = time.time()
+            try:
+                return app(environ, start)
+            finally:
+                log(op="http", target=target[len("AmazonSQS."):], peer=environ.get("REMOTE_PORT"), status=status[0] if status else None,
+                    start=round(t0, 6), ms=round(1000 * (time.time() - t0), 3))
+        return wrapped
+
+    return middleware
+
+
+# waitress stops accepting connections once it holds connection_limit of
+# them (100 by default), and reads a new connection's request only when an
+# old one closes. The tests' clients keep idle connections for 90 s (a pool
+# per client, per emulated function), so during make test the servers held
+# 100 and new connections waited: the DynamoDB server logged the limit 14
+# times in one flake hunt. A call its client gave up on meanwhile was read
+# and run when accepted, after calls made since on older connections (the
+# end-to-end outage test's failure: the function's ChangeMessageVisibility
+# of 226 s ran after the test's own visibility change to 0, and hid the
+# message again). No limit the tests reach, then; poll, because select()
+# cannot watch descriptors past 1024.
+WAITRESS_SETTINGS = {"connection_limit": 4000, "asyncore_use_poll": True}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -89,7 +199,9 @@ def main() -> None:
     fix_fifo_redelivery_order()
     fast_sqs_clock()
     app = DomainDispatcherApplication(create_backend_app)
-    waitress.serve(app, host=args.host, port=args.port, threads=args.threads, ident="moto")
+    if os.environ.get("MOTO_TRACE_SQS"):
+        app = trace_sqs(os.environ["MOTO_TRACE_SQS"])(app)
+    waitress.serve(app, host=args.host, port=args.port, threads=args.threads, ident="moto", **WAITRESS_SETTINGS)
 
 
 if __name__ == "__main__":

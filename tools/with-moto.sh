@@ -28,9 +28,19 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="$(mktemp -d "${TMPDIR:-/tmp}/oncely-moto.XXXXXX")"
 cleanup() {
+	local status=$?
 	# A start still running (Ctrl-C in the first seconds; background jobs
 	# ignore it) writes its pid file when it ends: wait for it, then stop.
 	wait || true
+	# When the command failed, what the servers logged beyond their start
+	# (waitress warnings, a request's traceback) may say why.
+	if [[ $status -ne 0 ]]; then
+		for name in moto moto-sqs moto-soak; do
+			[[ -s "$STATE/$name.log" ]] || continue
+			lines="$(grep -E -A 12 'WARNING|ERROR|Traceback|Exception' "$STATE/$name.log" | tail -n 40 || true)"
+			[[ -z "$lines" ]] || printf 'with-moto: %s logged:\n%s\n' "$name" "$lines" >&2
+		done
+	fi
 	"$ROOT/tools/moto.sh" stop "$STATE" moto-soak || true
 	"$ROOT/tools/moto.sh" stop "$STATE" moto-sqs || true
 	"$ROOT/tools/moto.sh" stop "$STATE" moto || true

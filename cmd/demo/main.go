@@ -6,7 +6,9 @@
 // Idempotency-Key. It shows a duplicate suppressed, a poison message, a FIFO
 // group, a downstream outage where a message comes back with growing delays
 // and then moves to the DLQ, the redrive after the outage, an API request
-// and its replay, and that every event was delivered once.
+// and its replay, one signed webhook from each kind of sender (Standard
+// Webhooks, Stripe, GitHub) received on POST /webhooks/{source} with its
+// retry and a forged copy, and that every event was delivered once.
 //
 // `make demo` builds everything, starts moto (DynamoDB and SQS), and runs
 // this. Everything it starts listens on 127.0.0.1 on free ports and is
@@ -16,7 +18,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -46,6 +48,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/rie"
 	"github.com/oncely/oncely/internal/testing/samtemplate"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
+	"github.com/oncely/oncely/internal/testing/webhooksender"
 	"github.com/oncely/oncely/internal/webhooksig"
 )
 
@@ -94,6 +97,8 @@ type demo struct {
 	keys    []string          // the events' keys, in the order sent
 	// signingKey is the webhook secret's key, for checking deliveries.
 	signingKey []byte
+	// senders are the inbound sources' secrets, by source name.
+	senders map[string]string
 }
 
 type lane struct {
@@ -197,6 +202,14 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 	if api, ok := tpl.Functions[tpl.API]; ok {
 		apiLocal.TimeoutSeconds, apiLocal.Extra = int(api.Timeout.Seconds()), functionEnv(api)
 	}
+	// It also receives webhooks: the senders and their secrets in moto's
+	// Secrets Manager, verified deliveries queued on the standard lane's
+	// queue.
+	sourcesARN, err := d.newSources(ctx, ddbEndpoint)
+	if err != nil {
+		return err
+	}
+	apiLocal.Extra = append(slices.Clone(apiLocal.Extra), "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+sourcesARN, "INBOUND_QUEUE_URL="+std.pair.Source.URL)
 	apiEmu, err := startEmu(apiLocal)
 	if err != nil {
 		return err
@@ -252,6 +265,13 @@ func run(ctx context.Context, w io.Writer, rieBin, boot, eventsDir, tplPath stri
 	}
 	// 4. The API: the same function behind API Gateway.
 	if err := d.api(ctx, apiEmu, eventsDir); err != nil {
+		return err
+	}
+	// 5. Webhooks from other services, on the same function.
+	if err := d.webhooks(ctx, apiEmu); err != nil {
+		return err
+	}
+	if err := d.settle(ctx); err != nil {
 		return err
 	}
 	return d.summary()
@@ -462,13 +482,9 @@ func (d *demo) api(ctx context.Context, emu *rie.Emulator, dir string) error {
 	}
 	d.note("API Gateway: POST /events with Idempotency-Key (events/api-request.json), then again, then with another body")
 	for _, payload := range [][]byte{b, b, []byte(strings.Replace(string(b), `"body": "{\"id\":\"release-42\"`, `"body": "{\"id\":\"release-99\"`, 1))} {
-		raw, err := emu.Invoke(ctx, payload)
+		resp, err := invokeHTTP(ctx, emu, payload)
 		if err != nil {
 			return err
-		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(raw, &resp); err != nil || resp.StatusCode == 0 {
-			return fmt.Errorf("the function answered %s; want an HTTP API response", raw)
 		}
 		what := fmt.Sprintf("HTTP %d", resp.StatusCode)
 		if resp.Headers["Idempotent-Replayed"] == "true" {
@@ -528,13 +544,7 @@ func (d *demo) summary() error {
 
 // newSecret creates the signing secret in moto's Secrets Manager.
 func (d *demo) newSecret(ctx context.Context, endpoint string) (string, error) {
-	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	value := string(b)
+	value := webhooksender.Alphanumeric(32)
 	key, err := webhooksig.DecodeSecret(value)
 	if err != nil {
 		return "", err
@@ -579,4 +589,113 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// newSources creates the inbound sources secret in moto's Secrets Manager:
+// one sender of each scheme, each with a secret of its own.
+func (d *demo) newSources(ctx context.Context, endpoint string) (string, error) {
+	d.senders = map[string]string{
+		"acme":   "whsec_" + base64.StdEncoding.EncodeToString([]byte(webhooksender.Alphanumeric(24))),
+		"stripe": "whsec_" + webhooksender.Alphanumeric(32),
+		"github": webhooksender.Alphanumeric(40),
+	}
+	doc := map[string]any{}
+	for name, scheme := range map[string]string{"acme": "standard-webhooks", "stripe": "stripe", "github": "github"} {
+		doc[name] = map[string]any{"scheme": scheme, "secrets": []string{d.senders[name]}}
+	}
+	value, _ := json.Marshal(doc)
+	sm := secretsmanager.NewFromConfig(aws.Config{Region: sqslocal.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: &endpoint})
+	out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(fmt.Sprintf("oncely-demo-sources-%d", time.Now().UnixNano())), SecretString: aws.String(string(value))})
+	if err != nil {
+		return "", fmt.Errorf("create the inbound sources secret: %w", err)
+	}
+	return *out.ARN, nil
+}
+
+// webhooks receives one delivery of each scheme as API Gateway passes it
+// for POST /webhooks/{source}, signed the way its sender signs; then each
+// sender's retry, signed anew; then a forged copy. The queue lane runs the
+// accepted ones: each once.
+func (d *demo) webhooks(ctx context.Context, emu *rie.Emulator) error {
+	d.note("webhooks from other services: POST /webhooks/{source}, one of each scheme, then each sender's retry, then a forged copy")
+	swKey, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(d.senders["acme"], "whsec_"))
+	swBody := []byte(`{"type":"invoice.paid","data":{"invoice":"inv_77","amount":4200}}`)
+	stripeBody := func(pending int) []byte {
+		return []byte(fmt.Sprintf(`{"id":"evt_1Demo","object":"event","created":1780000000,"data":{"object":{"id":"pi_1","amount":4200}},"livemode":false,"pending_webhooks":%d,"type":"payment_intent.succeeded"}`, pending))
+	}
+	ghBody := []byte(`{"zen":"Keep it logically awesome.","hook_id":42}`)
+	const ghDelivery = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+	type delivery struct {
+		label, source string
+		headers       map[string]string
+		body          []byte
+	}
+	sign := func(at time.Time, pending int) []delivery {
+		return []delivery{
+			{"standard webhooks", "acme", webhooksender.StandardWebhooks("msg_demo1", at, swBody, swKey), swBody},
+			{"stripe", "stripe", map[string]string{"Stripe-Signature": webhooksender.Stripe(at, stripeBody(pending), d.senders["stripe"])}, stripeBody(pending)},
+			{"github", "github", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub(d.senders["github"], ghBody), "X-GitHub-Delivery": ghDelivery, "X-GitHub-Event": "ping"}, ghBody},
+		}
+	}
+	first, retries := sign(time.Now(), 2), sign(time.Now().Add(time.Second), 1)
+	forged := first[0]
+	forged.label, forged.body = "forged (body changed)", []byte(strings.Replace(string(swBody), "4200", "1", 1))
+	for i, del := range append(append(first, retries...), forged) {
+		headers := map[string]string{"content-type": "application/json"}
+		for k, v := range del.headers {
+			headers[strings.ToLower(k)] = v
+		}
+		payload, _ := json.Marshal(events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "POST /webhooks/{source}", RawPath: "/webhooks/" + del.source,
+			PathParameters: map[string]string{"source": del.source}, Headers: headers, Body: string(del.body),
+			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: "POST /webhooks/{source}", RequestID: fmt.Sprintf("demo-hook-%d", i),
+				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/" + del.source}}})
+		resp, err := invokeHTTP(ctx, emu, payload)
+		if err != nil {
+			return err
+		}
+		var body struct{ Key, Code, Detail string }
+		_ = json.Unmarshal([]byte(resp.Body), &body)
+		what := fmt.Sprintf("HTTP %d", resp.StatusCode)
+		switch {
+		case resp.StatusCode == 202 && i < len(first):
+			what += ": verified and queued"
+			d.mu.Lock()
+			if !slices.Contains(d.keys, body.Key) {
+				d.keys = append(d.keys, body.Key)
+			}
+			d.mu.Unlock()
+		case resp.StatusCode == 202:
+			what += ": the sender's retry (signed anew), verified and queued again"
+		default:
+			what += " " + body.Code + ": " + body.Detail
+		}
+		if (resp.StatusCode == 202) != (del.label != "forged (body changed)") {
+			return fmt.Errorf("webhook %s from %s: %s; want 202 for a signed delivery, 401 for a forged one", del.label, del.source, what)
+		}
+		d.mu.Lock()
+		fmt.Fprintf(d.w, "%6.1fs  %-9s %-10s %-26s %-4s %s\n", time.Since(d.start).Seconds(), "webhook", del.source, short26(del.label), "", what)
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// invokeHTTP invokes the function with an API Gateway request and returns
+// its HTTP API response.
+func invokeHTTP(ctx context.Context, emu *rie.Emulator, payload []byte) (events.APIGatewayV2HTTPResponse, error) {
+	var resp events.APIGatewayV2HTTPResponse
+	raw, err := emu.Invoke(ctx, payload)
+	if err != nil {
+		return resp, err
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil || resp.StatusCode == 0 {
+		return resp, fmt.Errorf("the function answered %s; want an HTTP API response", raw)
+	}
+	return resp, nil
+}
+
+func short26(s string) string {
+	if len(s) > 26 {
+		return s[:25] + "…"
+	}
+	return s
 }

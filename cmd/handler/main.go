@@ -61,16 +61,18 @@ import (
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/sqssend"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// initSecretTimeout bounds the signing secret's first read at init.
+// initSecretTimeout bounds each secret's first read at init.
 const initSecretTimeout = 5 * time.Second
 
 // wrapStore, when a build-tagged file sets it (faults.go, for the
@@ -157,6 +159,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	sqsClient := sqs.NewFromConfig(awsCfg)
 	var act action.Func
 	var notifier *notify.Notifier
 	var keys *secretsource.Source
@@ -191,7 +194,11 @@ func wire(ctx context.Context) (*router.Router, error) {
 	}
 	var visibility sqsvisibility.Changer
 	if !cfg.QueueBackoff.Off {
-		visibility = sqsvisibility.New(sqs.NewFromConfig(awsCfg))
+		visibility = sqsvisibility.New(sqsClient)
+	}
+	webhooks, sources, err := receiving(ctx, cfg.Inbound, secretsmanager.NewFromConfig(awsCfg), sqsClient, logger)
+	if err != nil {
+		return nil, err
 	}
 	sqsHandler, err := sqsbatch.New(sqsbatch.Options{
 		Engine: engine, Poison: store, Action: act, Keys: cfg.Keys,
@@ -202,17 +209,20 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	var secretHealth router.SecretHealth
+	var secretHealth, inboundHealth router.SecretHealth
 	if keys != nil {
 		secretHealth = keys
 	}
+	if sources != nil {
+		inboundHealth = sources
+	}
 	return &router.Router{
-		Secret: secretHealth,
-		SQS:    sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
+		Secret: secretHealth, InboundSecret: inboundHealth,
+		SQS: sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
 		FirstInvoke: func(ctx context.Context, timeout time.Duration) {
 			// Lambda does not show the function's timeout at init; the first
 			// invocation does. Say once if a request cannot fit in it.
@@ -224,4 +234,30 @@ func wire(ctx context.Context) (*router.Router, error) {
 			}
 		},
 	}, nil
+}
+
+// receiving wires the receiving route POST /webhooks/{source}, or returns
+// nil when it is off. The sources are read now: a missing secret, a missing
+// permission or a value that does not parse fails the init with one line.
+func receiving(ctx context.Context, in config.Inbound, secrets *secretsmanager.Client, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, *secretsource.Document[*inbound.Sources], error) {
+	if !in.On {
+		return nil, nil, nil
+	}
+	sources := secretsource.NewDocument(secrets, in.Secret, in.Refresh, inbound.ParseSources)
+	sources.OnRefreshError(func(err error) {
+		logger.Warn("inbound webhook sources not re-read; the last good ones stay in use", "secret", in.Secret, "error", err.Error())
+	})
+	// Bounded well inside Lambda's 10 s init limit, as the signing
+	// secret's read is.
+	lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+	defer cancel()
+	if err := sources.Load(lctx); err != nil {
+		return nil, nil, fmt.Errorf("config: %s: %w", config.EnvInboundSources, err)
+	}
+	if s, _ := sources.Get(lctx); len(s.Names()) == 0 {
+		logger.Warn("inbound webhooks are on, but the sources secret lists no source: every delivery is answered 404 until it does", "secret", in.Secret)
+	} else {
+		logger.Info("inbound webhook sources", "sources", s.Names())
+	}
+	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, nil
 }

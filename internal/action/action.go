@@ -19,14 +19,34 @@ import (
 type Event struct {
 	// Key is the validated idempotency key. Pass it downstream (for example
 	// as an Idempotency-Key header) so the downstream can de-duplicate too.
+	// An inbound webhook's is wh:<source>:<delivery-id>.
 	Key string
 	// Body is the event JSON as received (SQS message body, HTTP request
-	// body). Treat it as read-only.
+	// body); for an inbound webhook, the sender's body as it signed it
+	// (without surrounding whitespace), not the envelope that carried it.
+	// Treat it as read-only.
 	Body json.RawMessage
-	// Source is "sqs" or "http".
+	// Source is "sqs", "http", or SourceWebhook for an inbound webhook.
 	Source string
 	// ID is the SQS message id or the API request id, for logs.
 	ID string
+	// Inbound is set for an inbound webhook only (Source SourceWebhook):
+	// which sender delivered it, verified by the receiving route before it
+	// was queued.
+	Inbound *Inbound
+}
+
+// SourceWebhook is Event.Source for a delivery received on POST
+// /webhooks/{source}, verified, queued on the events queue and taken from
+// it: an action tells it from an ordinary SQS event by this (or by
+// Event.Inbound, which is set then only).
+const SourceWebhook = "webhook"
+
+// Inbound says who sent an inbound webhook.
+type Inbound struct {
+	Source     string // the configured source's name, as in the route
+	Scheme     string // standard-webhooks, stripe or github
+	DeliveryID string // the sender's delivery id (the key's last part)
 }
 
 // Result is what a successful action returns. It is stored and replayed

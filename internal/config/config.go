@@ -50,6 +50,11 @@ const (
 	EnvWebhookSigning      = "WEBHOOK_SIGNING"
 	EnvWebhookSecret       = "WEBHOOK_SECRET"
 	EnvWebhookRefresh      = "WEBHOOK_SECRET_REFRESH"
+	EnvInboundWebhooks     = "INBOUND_WEBHOOKS"
+	EnvInboundSources      = "INBOUND_SOURCES_SECRET"
+	EnvInboundRefresh      = "INBOUND_SOURCES_REFRESH"
+	EnvInboundQueueURL     = "INBOUND_QUEUE_URL"
+	EnvInboundTolerance    = "INBOUND_TOLERANCE"
 	EnvFunctionName        = "AWS_LAMBDA_FUNCTION_NAME" // set by Lambda; the default namespace
 )
 
@@ -68,7 +73,13 @@ var Variables = []string{
 	EnvKeyJMESPath, EnvPayloadJMESPath, EnvMaxConcurrency, EnvQueueBackoff, EnvQueueBackoffBase, EnvQueueBackoffMax,
 	EnvMaxBodyBytes, EnvAction, EnvLedgerTable, EnvDownstreamURL, EnvDownstreamURLSecret, EnvNotifyTimeout, EnvTransientStatuses,
 	EnvWebhookSigning, EnvWebhookSecret, EnvWebhookRefresh, EnvJWTIssuer,
+	EnvInboundWebhooks, EnvInboundSources, EnvInboundRefresh, EnvInboundQueueURL, EnvInboundTolerance,
 }
+
+// MaxInboundTolerance bounds INBOUND_TOLERANCE: a wider window lets a
+// captured delivery be replayed for longer (the record still stops it
+// running twice within the retention).
+const MaxInboundTolerance = time.Hour
 
 // The actions the function can run (ACTION).
 const (
@@ -102,6 +113,16 @@ type Config struct {
 	NotifyTimeout     time.Duration
 	TransientStatuses map[int]bool
 	Signing           Signing
+	Inbound           Inbound
+}
+
+// Inbound is the receiving route POST /webhooks/{source}, as configured.
+type Inbound struct {
+	On        bool
+	Secret    string        // the sources secret's ARN or name
+	Refresh   time.Duration // re-read interval; 0: secretsource's default
+	QueueURL  string        // the standard events queue
+	Tolerance time.Duration // 0: inbound.DefaultTolerance
 }
 
 // Signing is how deliveries are signed (Standard Webhooks).
@@ -167,6 +188,7 @@ func Load(getenv func(string) string) (Config, error) {
 	if p.err == nil && !c.Signing.Off && c.Signing.Secret == "" {
 		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which docs/security.md explains)", "")
 	}
+	c.Inbound = p.inbound()
 	if c.Namespace == "" {
 		c.Namespace = getenv(EnvFunctionName)
 	}
@@ -259,10 +281,48 @@ func (p *parser) oneOf(name string, choices ...string) string {
 	return v
 }
 
+// inbound reads the receiving route's variables; when it is off, the
+// others are not read.
+func (p *parser) inbound() Inbound {
+	if !p.onOffDefault(EnvInboundWebhooks, false) {
+		return Inbound{}
+	}
+	in := Inbound{On: true, Secret: strings.TrimSpace(p.getenv(EnvInboundSources)), Refresh: p.duration(EnvInboundRefresh),
+		QueueURL: p.queueURL(EnvInboundQueueURL), Tolerance: p.duration(EnvInboundTolerance)}
+	if in.Secret == "" {
+		p.fail(EnvInboundSources, "the ARN or name of the Secrets Manager secret that lists the webhook sources (INBOUND_WEBHOOKS is on)", "")
+	}
+	if strings.HasSuffix(in.QueueURL, ".fifo") {
+		p.fail(EnvInboundQueueURL, "the standard events queue's URL (a FIFO queue needs a message group per message)", in.QueueURL)
+	}
+	if in.Tolerance > MaxInboundTolerance {
+		p.fail(EnvInboundTolerance, fmt.Sprintf("at most %v (a wider window lets a captured delivery be replayed for longer)", MaxInboundTolerance), in.Tolerance.String())
+	}
+	return in
+}
+
+// queueURL returns an SQS queue URL: an http or https URL with a host.
+func (p *parser) queueURL(name string) string {
+	v := p.required(name)
+	if v == "" {
+		return v
+	}
+	if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.fail(name, "an http or https URL", v)
+	}
+	return v
+}
+
 // onOff returns true when name is unset, "on" or "off" giving the answer.
-func (p *parser) onOff(name string) bool {
+func (p *parser) onOff(name string) bool { return p.onOffDefault(name, true) }
+
+// onOffDefault returns def when name is unset, "on" or "off" giving the
+// answer.
+func (p *parser) onOffDefault(name string, def bool) bool {
 	switch v := strings.ToLower(strings.TrimSpace(p.getenv(name))); v {
-	case "", "on":
+	case "":
+		return def
+	case "on":
 		return true
 	case "off":
 		return false

@@ -204,3 +204,42 @@ func TestRuntimeSettings(t *testing.T) {
 		})
 	}
 }
+
+// The receiving route is off unless INBOUND_WEBHOOKS=on; then its secret
+// and a standard queue are required, and the tolerance is bounded.
+func TestLoadInbound(t *testing.T) {
+	m := base()
+	m[EnvInboundSources], m[EnvInboundQueueURL] = "arn:aws:secretsmanager:us-east-1:1:secret:sources", "https://sqs.us-east-1.amazonaws.com/1/events"
+	c, err := Load(env(m))
+	if err != nil || c.Inbound != (Inbound{}) {
+		t.Errorf("unset INBOUND_WEBHOOKS: %+v, %v; want the route off, nothing else read", c.Inbound, err)
+	}
+	m[EnvInboundWebhooks], m[EnvInboundTolerance], m[EnvInboundRefresh] = "ON", "2m", "30s"
+	c, err = Load(env(m))
+	want := Inbound{On: true, Secret: "arn:aws:secretsmanager:us-east-1:1:secret:sources", QueueURL: "https://sqs.us-east-1.amazonaws.com/1/events",
+		Tolerance: 2 * time.Minute, Refresh: 30 * time.Second}
+	if err != nil || c.Inbound != want {
+		t.Errorf("got %+v, %v; want %+v", c.Inbound, err, want)
+	}
+	for _, tt := range []struct{ name, key, value, want string }{
+		{"switch", EnvInboundWebhooks, "yes", "INBOUND_WEBHOOKS: want on or off"},
+		{"no secret", EnvInboundSources, "", "INBOUND_SOURCES_SECRET: want the ARN or name"},
+		{"no queue", EnvInboundQueueURL, "", "INBOUND_QUEUE_URL: want a value"},
+		{"queue not a URL", EnvInboundQueueURL, "events", "INBOUND_QUEUE_URL: want an http or https URL"},
+		{"FIFO queue", EnvInboundQueueURL, "https://sqs.us-east-1.amazonaws.com/1/events.fifo", "INBOUND_QUEUE_URL: want the standard events queue's URL"},
+		{"tolerance beyond an hour", EnvInboundTolerance, "2h", "INBOUND_TOLERANCE: want at most 1h0m0s"},
+		{"tolerance word", EnvInboundTolerance, "lax", "INBOUND_TOLERANCE: want a positive Go duration"},
+		{"refresh", EnvInboundRefresh, "0s", "INBOUND_SOURCES_REFRESH: want a positive Go duration"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m2 := map[string]string{}
+			for k, v := range m {
+				m2[k] = v
+			}
+			m2[tt.key] = tt.value
+			if _, err := Load(env(m2)); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load = %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}

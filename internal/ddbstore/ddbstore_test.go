@@ -639,7 +639,11 @@ func TestCreateTableSurvivesItsOwnRetry(t *testing.T) {
 				}
 				return ""
 			}}
-			cfg := ddblocal.Config(ep, ft)
+			// Every attempt's outcome, for the failure message: a real
+			// retryable error on the last call (seen once under load) makes
+			// it look like its own retry.
+			attempts := &attemptRecorder{base: ft}
+			cfg := ddblocal.Config(ep, attempts)
 			cfg.Retryer = quickRetryer
 			client, _ := ddblocal.Client(cfg)
 			table := "idem-retry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -664,12 +668,45 @@ func TestCreateTableSurvivesItsOwnRetry(t *testing.T) {
 			if _, err := client.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: &table}); err != nil {
 				t.Fatalf("table missing after CreateTable: %v", err)
 			}
+			attempts.reset()
 			_, err = ddbstore.CreateTable(context.Background(), client, table)
 			if _, ok := errors.AsType[*types.ResourceInUseException](err); !ok {
-				t.Fatalf("CreateTable on an existing table without a retry = %v; want ResourceInUseException", err)
+				t.Fatalf("CreateTable on an existing table without a retry = %v; want ResourceInUseException (attempts: %s)", err, attempts)
 			}
 		})
 	}
+}
+
+// attemptRecorder records each request's operation and outcome.
+type attemptRecorder struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	log  []string
+}
+
+func (a *attemptRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	op, start := ddblocal.Operation(req), time.Now()
+	resp, err := a.base.RoundTrip(req)
+	out := fmt.Sprint(err)
+	if err == nil {
+		out = resp.Status
+	}
+	a.mu.Lock()
+	a.log = append(a.log, fmt.Sprintf("%s %s after %v", op, out, time.Since(start).Round(time.Millisecond)))
+	a.mu.Unlock()
+	return resp, err
+}
+
+func (a *attemptRecorder) reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.log = nil
+}
+
+func (a *attemptRecorder) String() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return strings.Join(a.log, "; ")
 }
 
 // deadlineRecorder records the deadline of every request's context: the

@@ -19,10 +19,12 @@ import (
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/emf"
+	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
+	"github.com/oncely/oncely/internal/sqssend"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/samtemplate"
 )
@@ -38,7 +40,9 @@ const (
 // key, with what verifies their callers instead. A route listed here is
 // exempt from the authorizer check and from the NONE acknowledgement
 // (PublicApiNeedsAcknowledgement): its callers are not anonymous.
-var unauthenticatedRoutes = map[string]string{}
+var unauthenticatedRoutes = map[string]string{
+	httpapi.WebhookRouteKey: "the API function verifies each delivery's signature with its sender's secret (package inbound) before it queues anything; created only with InboundWebhooks=on",
+}
 
 // eventSourceMappingActions are what Lambda's SQS event source mapping
 // calls with the function's role (AWS's AWSLambdaSQSQueueExecutionRole,
@@ -188,79 +192,9 @@ func TestTemplate(t *testing.T) {
 	// here to check. This replaces the check that refused a Role and read
 	// the function's Policies: Policies would now be ignored by SAM.
 	t.Run("IAM grants exactly the actions the code calls, on its resources only", func(t *testing.T) {
-		roles := map[string]string{}
-		for _, fn := range functions {
-			p := tpl.props(fn)
-			if get(p, "Policies") != nil || get(tpl.root, "Globals", "Function", "Policies") != nil {
-				t.Errorf("%s: got Policies, want none (SAM ignores them beside a Role; grants go in the role)", fn)
-			}
-			// Each resource, and exactly the actions its driver lists.
-			want := map[string][]string{table: ddbstore.RequiredIAMActions(), "LedgerTable": ledger.RequiredIAMActions()}
-			for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
-				want[secret] = secretsource.RequiredIAMActions()
-			}
-			for _, ev := range tpl.sqsEvents(t) {
-				if ev.function == fn {
-					want[ev.queue] = append(slices.Clone(eventSourceMappingActions), sqsvisibility.RequiredIAMActions()...)
-				}
-			}
-			if lg, ok := ref(get(p, "LoggingConfig", "LogGroup")); ok {
-				want[lg] = lambdaLogActions
-			}
-			for id := range want {
-				want[id] = slices.Sorted(slices.Values(want[id]))
-			}
-			role, attr, ok := getAtt(get(p, "Role"))
-			if !ok || attr != "Arn" || str(get(tpl.resources[role], "Type")) != "AWS::IAM::Role" {
-				t.Errorf("%s: Role got %s, want !GetAtt <an AWS::IAM::Role of this template>.Arn", fn, describe(get(p, "Role")))
-				continue
-			}
-			if other, shared := roles[role]; shared {
-				t.Errorf("%s and %s share the role %s, want one each (each gets its own resources)", other, fn, role)
-			}
-			roles[role] = fn
-			rp := tpl.props(role)
-			for _, k := range []string{"ManagedPolicyArns", "PermissionsBoundary"} {
-				if get(rp, k) != nil {
-					t.Errorf("%s: got %s, want inline policies only, so that every grant is checked here", role, k)
-				}
-			}
-			trust := items(get(rp, "AssumeRolePolicyDocument", "Statement"))
-			if len(trust) != 1 || str(get(trust[0], "Principal", "Service")) != "lambda.amazonaws.com" || str(get(trust[0], "Action")) != "sts:AssumeRole" {
-				t.Errorf("%s: AssumeRolePolicyDocument %s, want lambda.amazonaws.com alone to assume it", role, describe(get(rp, "AssumeRolePolicyDocument")))
-			}
-			got := map[string][]string{}
-			for i, st := range tpl.roleStatements(t, fn) {
-				where := role + ": Statement[" + strconv.Itoa(i) + "]"
-				if effect := str(get(st, "Effect")); effect != "Allow" {
-					t.Errorf("%s: Effect got %q, want Allow", where, effect)
-				}
-				for _, k := range []string{"NotAction", "NotResource", "Condition"} {
-					if get(st, k) != nil {
-						t.Errorf("%s: got %s, want Action and Resource only", where, k)
-					}
-				}
-				actions := scalars(get(st, "Action"))
-				for _, action := range actions {
-					if strings.Contains(action, "*") {
-						t.Errorf("%s: Action got %q, want no wildcard", where, action)
-					}
-				}
-				for _, res := range items(get(st, "Resource")) {
-					id, ok := resourceID(res)
-					if !ok || want[id] == nil {
-						t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
-						continue
-					}
-					got[id] = append(got[id], actions...)
-				}
-			}
-			for id := range got {
-				slices.Sort(got[id])
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s (%s): IAM actions by resource (-want +got):\n%s", fn, role, diff)
-			}
+		for _, inbound := range []string{"off", "on"} {
+			params := map[string]string{"InboundWebhooks": inbound}
+			t.Run("InboundWebhooks="+inbound, func(t *testing.T) { checkIAM(t, tpl, functions, table, params) })
 		}
 	})
 
@@ -290,9 +224,6 @@ func TestTemplate(t *testing.T) {
 					continue
 				}
 				name := str(get(m, "MetricName"))
-				if !slices.Contains(router.Metrics(), name) {
-					t.Errorf("%s: MetricName got %q, want one the function writes %q", alarm, name, router.Metrics())
-				}
 				var dims []string
 				var source, fn string
 				for _, d := range items(get(m, "Dimensions")) {
@@ -300,8 +231,13 @@ func TestTemplate(t *testing.T) {
 					dims = append(dims, dname)
 					switch dname {
 					case "Source":
-						if source = str(value); source != router.SourceSQS && source != router.SourceHTTP {
-							t.Errorf("%s: Source %q; want %q or %q, the values the function writes", alarm, source, router.SourceSQS, router.SourceHTTP)
+						// Each Source's documents hold their own metrics (the
+						// receiving route's outcomes under webhook).
+						switch source = str(value); {
+						case !slices.Contains(router.Sources, source):
+							t.Errorf("%s: Source %q; want one of %q, the values the function writes", alarm, source, router.Sources)
+						case !slices.Contains(router.MetricsFor(source), name):
+							t.Errorf("%s: MetricName got %q, want one the function writes with Source=%s %q", alarm, name, source, router.MetricsFor(source))
 						}
 					case "FunctionName":
 						if id, ok := ref(value); !ok || !slices.Contains(functions, id) {
@@ -313,7 +249,7 @@ func TestTemplate(t *testing.T) {
 				}
 				// Each function writes only its own source: an alarm on the
 				// other's would watch a metric nobody writes.
-				if want := map[string]string{router.SourceSQS: queueFn, router.SourceHTTP: apiFn}[source]; fn != "" && want != "" && fn != want {
+				if want := map[string]string{router.SourceSQS: queueFn, router.SourceHTTP: apiFn, router.SourceWebhook: apiFn}[source]; fn != "" && want != "" && fn != want {
 					t.Errorf("%s: Source=%s with FunctionName %s; want %s, the function that serves %s", alarm, source, fn, want, source)
 				} else if fn != "" {
 					watched[name+" "+source] = true
@@ -332,6 +268,8 @@ func TestTemplate(t *testing.T) {
 			{router.MetricSigningKeyIgnored, router.SourceHTTP, "an invalid pending or previous signing key is ignored, not fatal"},
 			{router.MetricSecretRefreshFailed, router.SourceSQS, "a failed re-read keeps the old keys, silently but for this"},
 			{router.MetricSecretRefreshFailed, router.SourceHTTP, "a failed re-read keeps the old keys, silently but for this"},
+			{string(httpapi.WebhookQueueFailed), router.SourceWebhook, "GitHub does not retry a delivery answered 5xx"},
+			{router.MetricSecretRefreshFailed, router.SourceWebhook, "a failed re-read of the sources keeps the old ones, silently but for this"},
 		} {
 			if !watched[w.metric+" "+w.source] {
 				t.Errorf("got no alarm on %s %s with Source=%s, want one (%s)", router.MetricsNamespace, w.metric, w.source, w.why)
@@ -471,9 +409,16 @@ func TestTemplate(t *testing.T) {
 	})
 
 	t.Run("deliveries are signed with a generated secret that is kept", func(t *testing.T) {
-		secrets := tpl.ofType("AWS::SecretsManager::Secret")
+		// The inbound sources' secret, created only with InboundWebhooks=on,
+		// has checks of its own (inbound_test.go).
+		var secrets []string
+		for _, id := range tpl.ofType("AWS::SecretsManager::Secret") {
+			if get(tpl.resources[id], "Condition") == nil {
+				secrets = append(secrets, id)
+			}
+		}
 		if !slices.Equal(secrets, []string{"DownstreamUrlSecret", "WebhookSecret"}) {
-			t.Fatalf("got secrets %v, want DownstreamUrlSecret and WebhookSecret", secrets)
+			t.Fatalf("got unconditional secrets %v, want DownstreamUrlSecret and WebhookSecret", secrets)
 		}
 		g := get(tpl.props("WebhookSecret"), "GenerateSecretString")
 		// 32 characters of [A-Za-z0-9] are valid base64: a 24-byte key, the
@@ -701,6 +646,126 @@ func decodeStrict(t *testing.T, data []byte, v any) {
 	if err := dec.Decode(v); err != nil {
 		t.Fatalf("decode into %T: %v", v, err)
 	}
+}
+
+// checkIAM checks that each function's role grants exactly the actions the
+// code calls, on its resources only, for the given parameter values: a
+// statement under !If counts only when its condition holds, and so does a
+// resource with a Condition.
+func checkIAM(t *testing.T, tpl template, functions []string, table string, params map[string]string) {
+	t.Helper()
+	roles := map[string]string{}
+	for _, fn := range functions {
+		p := tpl.props(fn)
+		if get(p, "Policies") != nil || get(tpl.root, "Globals", "Function", "Policies") != nil {
+			t.Errorf("%s: got Policies, want none (SAM ignores them beside a Role; grants go in the role)", fn)
+		}
+		// Each resource, and exactly the actions its driver lists.
+		want := map[string][]string{table: ddbstore.RequiredIAMActions(), "LedgerTable": ledger.RequiredIAMActions()}
+		// The secrets its environment names (the inbound sources' only on
+		// the API function, and only when the route is on).
+		for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
+			for _, v := range tpl.env(fn) {
+				if tpl.exists(secret, params) && tpl.resolve(v, params) == secret {
+					want[secret] = secretsource.RequiredIAMActions()
+				}
+			}
+		}
+		for _, ev := range tpl.sqsEvents(t) {
+			if ev.function == fn {
+				want[ev.queue] = append(slices.Clone(eventSourceMappingActions), sqsvisibility.RequiredIAMActions()...)
+			}
+		}
+		if lg, ok := ref(get(p, "LoggingConfig", "LogGroup")); ok {
+			want[lg] = lambdaLogActions
+		}
+		// With inbound webhooks on, the function that reads
+		// INBOUND_QUEUE_URL sends each verified delivery there.
+		if q, ok := ref(tpl.env(fn)[config.EnvInboundQueueURL]); ok && params["InboundWebhooks"] == "on" {
+			want[q] = append(slices.Clone(want[q]), sqssend.RequiredIAMActions()...)
+		}
+		for id := range want {
+			want[id] = slices.Sorted(slices.Values(want[id]))
+		}
+		role, attr, ok := getAtt(get(p, "Role"))
+		if !ok || attr != "Arn" || str(get(tpl.resources[role], "Type")) != "AWS::IAM::Role" {
+			t.Errorf("%s: Role got %s, want !GetAtt <an AWS::IAM::Role of this template>.Arn", fn, describe(get(p, "Role")))
+			continue
+		}
+		if other, shared := roles[role]; shared {
+			t.Errorf("%s and %s share the role %s, want one each (each gets its own resources)", other, fn, role)
+		}
+		roles[role] = fn
+		rp := tpl.props(role)
+		for _, k := range []string{"ManagedPolicyArns", "PermissionsBoundary"} {
+			if get(rp, k) != nil {
+				t.Errorf("%s: got %s, want inline policies only, so that every grant is checked here", role, k)
+			}
+		}
+		trust := items(get(rp, "AssumeRolePolicyDocument", "Statement"))
+		if len(trust) != 1 || str(get(trust[0], "Principal", "Service")) != "lambda.amazonaws.com" || str(get(trust[0], "Action")) != "sts:AssumeRole" {
+			t.Errorf("%s: AssumeRolePolicyDocument %s, want lambda.amazonaws.com alone to assume it", role, describe(get(rp, "AssumeRolePolicyDocument")))
+		}
+		got := map[string][]string{}
+		for i, st := range tpl.statements(tpl.roleStatements(t, fn), params) {
+			where := role + ": Statement[" + strconv.Itoa(i) + "]"
+			if effect := str(get(st, "Effect")); effect != "Allow" {
+				t.Errorf("%s: Effect got %q, want Allow", where, effect)
+			}
+			for _, k := range []string{"NotAction", "NotResource", "Condition"} {
+				if get(st, k) != nil {
+					t.Errorf("%s: got %s, want Action and Resource only", where, k)
+				}
+			}
+			actions := scalars(get(st, "Action"))
+			for _, action := range actions {
+				if strings.Contains(action, "*") {
+					t.Errorf("%s: Action got %q, want no wildcard", where, action)
+				}
+			}
+			for _, res := range items(get(st, "Resource")) {
+				id, ok := resourceID(res)
+				if !ok || want[id] == nil {
+					t.Errorf("%s: Resource got %s, want !GetAtt <X>.Arn or !Ref <X> for one of %v", where, describe(res), slices.Sorted(maps.Keys(want)))
+					continue
+				}
+				got[id] = append(got[id], actions...)
+			}
+		}
+		for id := range got {
+			slices.Sort(got[id])
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (%s): IAM actions by resource (-want +got):\n%s", fn, role, diff)
+		}
+	}
+}
+
+// exists reports whether resource id is created for these parameter values.
+func (tpl template) exists(id string, params map[string]string) bool {
+	c := get(tpl.resources[id], "Condition")
+	return c == nil || tpl.condition(str(c), params)
+}
+
+// statements returns the statements for these parameter values: !If
+// [Condition, statement, !Ref AWS::NoValue] gives the chosen branch, or
+// nothing.
+func (tpl template) statements(list []*yaml.Node, params map[string]string) []*yaml.Node {
+	var out []*yaml.Node
+	for _, st := range list {
+		if st.Tag == "!If" && st.Kind == yaml.SequenceNode && len(st.Content) == 3 {
+			if tpl.condition(st.Content[0].Value, params) {
+				st = st.Content[1]
+			} else {
+				st = st.Content[2]
+			}
+		}
+		if id, ok := ref(st); ok && id == "AWS::NoValue" {
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // template is a parsed SAM template. It reads yaml.Node trees so that the

@@ -6,7 +6,6 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -29,6 +28,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/rie"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
+	"github.com/oncely/oncely/internal/testing/webhooksender"
 )
 
 // Environment the tests read.
@@ -139,11 +139,11 @@ func startWith(t *testing.T, o fnOptions) *fn {
 	f.table = ddblocal.NewTable(t, f.client)
 	// Every function signs its deliveries, as deployed: with a secret made
 	// the way the template makes it (32 characters, no punctuation).
-	value := alphanumeric(32)
+	value := webhooksender.Alphanumeric(32)
 	f.secret = "whsec_" + value
 	f.secrets = cmp.Or(o.secrets, moto)
 	sm := secretsmanager.NewFromConfig(ddblocal.Config(f.secrets, nil))
-	out, err := sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-" + alphanumeric(8)), SecretString: &value})
+	out, err := sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-" + webhooksender.Alphanumeric(8)), SecretString: &value})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,18 +168,6 @@ func startWith(t *testing.T, o fnOptions) *fn {
 		}
 	})
 	return f
-}
-
-// alphanumeric is n random characters from [A-Za-z0-9], as CloudFormation's
-// GenerateSecretString makes them without punctuation.
-func alphanumeric(n int) string {
-	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return string(b)
 }
 
 func sqsBatch(t *testing.T, msgs ...[2]string) []byte {

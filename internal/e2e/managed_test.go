@@ -32,6 +32,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
+	"github.com/oncely/oncely/internal/testing/webhooksender"
 	"github.com/oncely/oncely/internal/webhooksig"
 )
 
@@ -430,7 +431,7 @@ func TestE2EManagedInstances(t *testing.T) {
 	})
 
 	oldKey := decodeKey(t, m.secret)
-	newSecret := alphanumeric(32)
+	newSecret := webhooksender.Alphanumeric(32)
 	t.Run("SQS batches and API requests in parallel, the signing key rotated during them", func(t *testing.T) {
 		const workers, rounds, maxRounds, hot = managedSlots, 4, 30, 4
 		sm := secretsmanager.NewFromConfig(ddblocal.Config(m.secrets, nil))

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +78,10 @@ func TestE2EOutageBacksOffThenDeliversOnce(t *testing.T) {
 		received := time.Now()
 		recs := q.Receive(t, 1, receiveFor)
 		if len(recs) != 1 {
-			t.Fatalf("delivery %d: received %d messages; want 1", delivery, len(recs))
+			// What the queue holds tells a hidden message (something set
+			// its visibility after ours) from a lost one.
+			depth, err := sqslocal.Count(context.Background(), q.Client, q.URL)
+			t.Fatalf("delivery %d: received %d messages; want 1 (the queue holds %+v, %v; MOTO_TRACE_DIR traces every SQS call)", delivery, len(recs), depth, err)
 		}
 		if id == "" {
 			id = recs[0].MessageId
@@ -161,8 +166,12 @@ func TestE2ENotifyTimeoutLongerThanTheFunctionsIsWarnedOnce(t *testing.T) {
 	if n := strings.Count(f.emu.Log(), "misconfiguration: NOTIFY_TIMEOUT (10s) is longer than an invocation leaves for work"); n != 1 {
 		t.Errorf("%d misconfiguration warnings; want exactly one per container:\n%s", n, f.emu.Log())
 	}
-	if !strings.Contains(f.emu.Log(), `"function_timeout":"3s"`) {
-		t.Errorf("the warning does not name the function's timeout:\n%s", f.emu.Log())
+	// The function takes its timeout from the first invocation's
+	// deadline. Lambda starts that clock after the init phase; the emulator
+	// starts it before an on-demand init, so a slow cold start (1.25 s on a
+	// loaded machine) shows the function a shorter timeout ("2s").
+	if got, want, ok := firstDeadline(f.emu.Log(), 3*time.Second); !ok || got < want-600*time.Millisecond || got > want+600*time.Millisecond {
+		t.Errorf("the warning names the function's timeout as %v; want the 3s timeout less the emulator's init, %v (±0.6 s):\n%s", got, want, f.emu.Log())
 	}
 	lines := f.waitLines("m1", 1)
 	if len(lines) == 0 {
@@ -171,6 +180,23 @@ func TestE2ENotifyTimeoutLongerThanTheFunctionsIsWarnedOnce(t *testing.T) {
 	if last := lines[len(lines)-1]; last["outcome"] != "transient" {
 		t.Fatalf("record lines %v; want the request cut to the time left, a transient outcome", lines)
 	}
+}
+
+// firstDeadline returns the function_timeout of the log's misconfiguration
+// warning, and the timeout the function should have seen at its first
+// invocation: timeout less the emulator's init duration (INIT REPORT).
+func firstDeadline(log string, timeout time.Duration) (got, want time.Duration, ok bool) {
+	m := regexp.MustCompile(`"function_timeout":"([^"]+)"`).FindStringSubmatch(log)
+	i := regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`).FindStringSubmatch(log)
+	if m == nil || i == nil {
+		return 0, 0, false
+	}
+	got, err := time.ParseDuration(m[1])
+	ms, err2 := strconv.ParseFloat(i[1], 64)
+	if err != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return got, timeout - time.Duration(ms*float64(time.Millisecond)), true
 }
 
 // An old variable whose meaning changed fails init with one line naming

@@ -22,6 +22,7 @@ import (
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/testing/webhooksender"
 )
 
 type authorizer = events.APIGatewayV2HTTPRequestContextAuthorizerDescription
@@ -33,7 +34,7 @@ func (f *fn) api(key, body string, auth *authorizer) events.APIGatewayV2HTTPResp
 		Version: "2.0", RouteKey: "POST /events", RawPath: "/events", Body: body,
 		Headers: map[string]string{"content-type": "application/json", "idempotency-key": key},
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RequestID: "req-" + alphanumeric(6), Authorizer: auth,
+			RequestID: "req-" + webhooksender.Alphanumeric(6), Authorizer: auth,
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/events"},
 		},
 	}
@@ -128,7 +129,7 @@ func TestE2ECallerIdentity(t *testing.T) {
 		{"NONE: every caller shares one key space (as before)", nil, nil, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			k := "shared-" + alphanumeric(8)
+			k := "shared-" + webhooksender.Alphanumeric(8)
 			before := f.down.Total()
 			first := f.api(k, body, c.a)
 			second := f.api(k, body, c.b)
@@ -151,7 +152,7 @@ func TestE2ECallerIdentity(t *testing.T) {
 // records; a secret that holds no URL fails the init with one line naming
 // the secret, not the value.
 func TestE2EDownstreamURLFromASecret(t *testing.T) {
-	name := "oncely-e2e-url-" + alphanumeric(8)
+	name := "oncely-e2e-url-" + webhooksender.Alphanumeric(8)
 	f := start(t, 10, "DOWNSTREAM_URL=", "DOWNSTREAM_URL_SECRET="+name)
 	const token = "T0KEN-s3cr3t"
 	// The function reads it at its first invoke: create it now.
@@ -174,7 +175,7 @@ func TestE2EDownstreamURLFromASecret(t *testing.T) {
 		t.Errorf("a warning about plain http for a downstream on this machine (a local run)")
 	}
 
-	bad := "oncely-e2e-url-" + alphanumeric(8)
+	bad := "oncely-e2e-url-" + webhooksender.Alphanumeric(8)
 	g := start(t, 10, "DOWNSTREAM_URL=", "DOWNSTREAM_URL_SECRET="+bad)
 	if _, err := g.sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: &bad, SecretString: aws.String("hooks.example.com/" + token)}); err != nil {
 		t.Fatal(err)

@@ -21,17 +21,25 @@ type verdict struct {
 	Error string `json:"error"`
 }
 
-// verify checks deliveries with the Standard Webhooks reference library for
-// Python: a verifier written by someone else.
-func verify(t *testing.T, secret string, cases map[string]verifyCase) map[string]verdict {
+// verifierPython returns the Python with PyPI's standardwebhooks and
+// stripe; the test skips without it, or fails under envRequire.
+func verifierPython(t *testing.T) string {
 	t.Helper()
 	python := os.Getenv(envVerifier)
 	if python == "" {
 		if os.Getenv(envRequire) != "" {
 			t.Fatalf("%s is required (make test sets it)", envVerifier)
 		}
-		t.Skipf("set %s to a Python with standardwebhooks (make test does)", envVerifier)
+		t.Skipf("set %s to a Python with standardwebhooks and stripe (make test does)", envVerifier)
 	}
+	return python
+}
+
+// verify checks deliveries with the Standard Webhooks reference library for
+// Python: a verifier written by someone else.
+func verify(t *testing.T, secret string, cases map[string]verifyCase) map[string]verdict {
+	t.Helper()
+	python := verifierPython(t)
 	var in bytes.Buffer
 	for name, c := range cases {
 		line, _ := json.Marshal(map[string]any{"name": name, "secret": secret, "headers": c.headers,

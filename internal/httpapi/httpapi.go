@@ -8,6 +8,10 @@
 // Requests are checked before any store call: the route (404, 405), the
 // caller's identity (401), the body's size (413) and declared type (415),
 // the key and the JSON (400).
+//
+// When Options.Webhooks is set it also serves the receiving route POST
+// /webhooks/{source} (webhooks.go): a signed delivery from another service
+// is verified, queued and answered 202, with no store call at all.
 package httpapi
 
 import (
@@ -55,8 +59,11 @@ type Options struct {
 	// were; a token of any other issuer by its issuer and sub. Empty: every
 	// token is scoped by issuer and sub.
 	JWTIssuer string
-	Now       func() time.Time
-	Logger    *slog.Logger
+	// Webhooks, if set, serve the receiving route POST /webhooks/{source};
+	// nil leaves it off (404, like any other route).
+	Webhooks *Webhooks
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Handler serves API Gateway v2 requests. It is safe for concurrent use:
@@ -67,6 +74,9 @@ type Handler struct{ o Options }
 func New(o Options) (*Handler, error) {
 	if o.Engine == nil || o.Action == nil {
 		return nil, errors.New("httpapi: Options.Engine and Options.Action are required")
+	}
+	if w := o.Webhooks; w != nil && (w.Sources == nil || w.Queue == nil || w.MaxMessageBytes <= 0) {
+		return nil, errors.New("httpapi: Options.Webhooks needs Sources, Queue and MaxMessageBytes")
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = idem.DefaultMaxEventBytes
@@ -89,6 +99,9 @@ type Result struct {
 	// Error is the failure's full message, for the log: callers get a
 	// fixed sentence where it would name internals (see detail).
 	Error string
+	// Webhook is set, instead of Label, for a request on the receiving
+	// route: what happened to the delivery.
+	Webhook WebhookOutcome
 }
 
 // Handle serves one request. Its log line names the API Gateway request
@@ -96,6 +109,11 @@ type Result struct {
 // log handler adds from ctx (under Lambda Managed Instances the lines of
 // concurrent invocations interleave, and that id is what tells them apart).
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
+	if h.o.Webhooks != nil {
+		if source, method, ok := webhookRoute(req); ok {
+			return h.webhook(ctx, req, source, method)
+		}
+	}
 	start := h.o.Now()
 	resp, res := h.handle(ctx, req)
 	h.o.Logger.InfoContext(ctx, "request", "apiRequestId", req.RequestContext.RequestID, "key", res.Key, "outcome", string(res.Label),
@@ -161,14 +179,36 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // carry a custom domain's API mapping key; if yours does, the request is
 // refused (404), never served: route POST /events explicitly.
 func checkRoute(req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, idem.Code, bool) {
-	routeKey := req.RouteKey
-	if routeKey == "" {
-		routeKey = req.RequestContext.RouteKey
-	}
-	var method, path string
-	switch routeKey {
-	case RouteKey:
+	if routeKeyOf(req) == RouteKey {
 		return events.APIGatewayV2HTTPResponse{}, "", true
+	}
+	method, path := methodAndPath(req)
+	switch {
+	case path == Path && method == Method:
+		return events.APIGatewayV2HTTPResponse{}, "", true
+	case path == Path:
+		resp := problem(405, idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", method, Path, Method), 0)
+		resp.Headers["Allow"] = Method
+		return resp, idem.CodeMethodNotAllowed, false
+	default:
+		return problem(404, idem.CodeNotFound, fmt.Sprintf("no route for %s %s; this API serves %s", method, path, RouteKey), 0), idem.CodeNotFound, false
+	}
+}
+
+// routeKeyOf is the route API Gateway matched.
+func routeKeyOf(req events.APIGatewayV2HTTPRequest) string {
+	if req.RouteKey != "" {
+		return req.RouteKey
+	}
+	return req.RequestContext.RouteKey
+}
+
+// methodAndPath returns the request's method and path as the route check
+// reads them: from a matched route's key (for an ANY route, with the
+// request's method), or for the catch-all $default route from the request,
+// without a named stage's prefix (rawPath carries it).
+func methodAndPath(req events.APIGatewayV2HTTPRequest) (method, path string) {
+	switch routeKey := routeKeyOf(req); routeKey {
 	case "$default", "":
 		method, path = req.RequestContext.HTTP.Method, req.RawPath
 		if path == "" {
@@ -185,16 +225,7 @@ func checkRoute(req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResp
 			method = req.RequestContext.HTTP.Method
 		}
 	}
-	switch {
-	case path == Path && method == Method:
-		return events.APIGatewayV2HTTPResponse{}, "", true
-	case path == Path:
-		resp := problem(405, idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", method, Path, Method), 0)
-		resp.Headers["Allow"] = Method
-		return resp, idem.CodeMethodNotAllowed, false
-	default:
-		return problem(404, idem.CodeNotFound, fmt.Sprintf("no route for %s %s; this API serves %s", method, path, RouteKey), 0), idem.CodeNotFound, false
-	}
+	return method, path
 }
 
 // body returns the request body after checking its declared type (415) and
@@ -203,7 +234,13 @@ func (h *Handler) body(req events.APIGatewayV2HTTPRequest) ([]byte, events.APIGa
 	if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
 		return nil, problem(415, idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; send application/json", ct), 0), idem.CodeUnsupportedMediaType, false
 	}
-	limit := h.o.MaxBodyBytes
+	return decodeBody(req, h.o.MaxBodyBytes)
+}
+
+// decodeBody returns the request's body bytes (base64-decoded when API
+// Gateway encoded them), refusing more than limit bytes with 413 before
+// decoding.
+func decodeBody(req events.APIGatewayV2HTTPRequest, limit int) ([]byte, events.APIGatewayV2HTTPResponse, idem.Code, bool) {
 	tooLarge := func(n int) events.APIGatewayV2HTTPResponse {
 		return problem(413, idem.CodeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", n, limit), 0)
 	}

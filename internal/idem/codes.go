@@ -92,6 +92,28 @@ const (
 	// Lambda authorizer without principalId). Refused before any store call
 	// (401): such a request has no key space of its own to be scoped to.
 	CodeNoIdentity Code = "NO_IDENTITY"
+
+	// Inbound webhook codes (POST /webhooks/{source}, package inbound): a
+	// delivery refused before any store or queue call.
+
+	// CodeUnknownSource: no source of that name is configured (404).
+	CodeUnknownSource Code = "UNKNOWN_SOURCE"
+	// CodeSignatureMissing: a header the source's scheme signs with is
+	// absent (401).
+	CodeSignatureMissing Code = "SIGNATURE_MISSING"
+	// CodeSignatureMalformed: a signature or timestamp header cannot be
+	// read, or carries no signature of the scheme's version (401).
+	CodeSignatureMalformed Code = "SIGNATURE_MALFORMED"
+	// CodeSignatureMismatch: no signature matches any of the source's
+	// secrets: a wrong secret, or a body or id changed on the way (401).
+	CodeSignatureMismatch Code = "SIGNATURE_MISMATCH"
+	// CodeTimestampOutsideTolerance: the signature matches, but its
+	// timestamp is too far from now: a replay, or a clock far off (401).
+	CodeTimestampOutsideTolerance Code = "TIMESTAMP_OUTSIDE_TOLERANCE"
+	// CodeInboundUnavailable: a verified delivery could not be queued (or
+	// the sources could not be read); nothing was queued: the sender
+	// retries (503, or 500 when a retry cannot help).
+	CodeInboundUnavailable Code = "INBOUND_UNAVAILABLE"
 )
 
 // Error is the error every [Engine.Do] failure is. It says what happened in

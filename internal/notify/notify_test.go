@@ -41,15 +41,23 @@ func TestRepliesAreClassified(t *testing.T) {
 		{fakewebhook.Reply{Status: 422}, idem.ClassPermanent, 0},
 		{fakewebhook.Reply{Status: 418}, idem.ClassPermanent, 0},
 		{fakewebhook.Reply{Status: 500}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Delay: time.Second}, idem.ClassTransient, 0}, // the per-request timeout
+		{fakewebhook.Reply{Hang: true}, idem.ClassTransient, 0}, // the per-request timeout
 	}
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.reply.Status), func(t *testing.T) {
 			down := fakewebhook.New()
 			srv := httptest.NewServer(down)
 			defer srv.Close()
+			defer down.Close()
 			down.Script(ev.Key, tt.reply)
-			n := notify.New(srv.URL, 100*time.Millisecond, notify.Classifier{})
+			// A reply must arrive within the timeout even on a loaded
+			// machine (100 ms did not: a 400 timed out and was transient);
+			// only the hanging downstream is meant to run into it.
+			timeout := 30 * time.Second
+			if tt.reply.Hang {
+				timeout = 100 * time.Millisecond
+			}
+			n := notify.New(srv.URL, timeout, notify.Classifier{})
 			_, err := n.Do(context.Background(), ev)
 			if got := idem.Classify(err); got != tt.class {
 				t.Errorf("class %v (%v); want %v", got, err, tt.class)

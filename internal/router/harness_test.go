@@ -72,6 +72,7 @@ type harnessOptions struct {
 	retry       idem.RetryPolicy
 	payloadExpr string
 	visibility  sqsvisibility.Changer
+	webhooks    *httpapi.Webhooks
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
@@ -132,7 +133,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, JWTIssuer: "https://issuer.example", Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, JWTIssuer: "https://issuer.example", Logger: logger, Webhooks: o.webhooks})
 	if err != nil {
 		t.Fatal(err)
 	}

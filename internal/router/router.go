@@ -30,11 +30,17 @@ import (
 const MetricsNamespace = "oncely"
 
 // The Source dimension's values: the template's alarms name them, so they
-// are the one list (a test checks the alarms against it).
+// are the one list (a test checks the alarms against it). SourceWebhook is
+// the receiving route POST /webhooks/{source}: its deliveries are counted
+// apart from POST /events requests, by their own outcomes.
 const (
-	SourceSQS  = "sqs"
-	SourceHTTP = "http"
+	SourceSQS     = "sqs"
+	SourceHTTP    = "http"
+	SourceWebhook = "webhook"
 )
+
+// Sources lists the Source dimension's values.
+var Sources = []string{SourceSQS, SourceHTTP, SourceWebhook}
 
 // MetricVisibilityFailed counts SQS visibility changes that failed (the
 // message then returns at the queue's own visibility timeout).
@@ -43,13 +49,15 @@ const MetricVisibilityFailed = "visibility_change_failed"
 // The signing secret's problems that did not stop deliveries (see package
 // secretsource): a pending or previous version that is not a valid key
 // was ignored; a re-read failed and the keys read before stayed in use.
+// MetricSecretRefreshFailed also counts, in the webhook documents, the
+// inbound sources secret's failed re-reads.
 const (
 	MetricSigningKeyIgnored   = "signing_key_ignored"
 	MetricSecretRefreshFailed = "secret_refresh_failed"
 )
 
-// Metrics are the count metrics of every document: one per label,
-// MetricVisibilityFailed and the signing secret's two.
+// Metrics are the count metrics of the SQS and HTTP documents: one per
+// label, MetricVisibilityFailed and the signing secret's two.
 func Metrics() []string {
 	names := make([]string, 0, len(idem.Labels)+3)
 	for _, l := range idem.Labels {
@@ -58,14 +66,41 @@ func Metrics() []string {
 	return append(names, MetricVisibilityFailed, MetricSigningKeyIgnored, MetricSecretRefreshFailed)
 }
 
-// SecretHealth reports the signing secret's problems since the last call
-// (a *secretsource.Source).
+// SecretHealth reports a secret's problems since the last call (a
+// *secretsource.Source, or a *secretsource.Document).
 type SecretHealth interface {
 	TakeCounts() secretsource.Counts
 }
 
-// metricNames is Metrics, built once: every invocation writes them.
-var metricNames = Metrics()
+// WebhookMetrics are the count metrics of the webhook documents: one per
+// outcome of the receiving route, and MetricSecretRefreshFailed (the
+// inbound sources secret's).
+func WebhookMetrics() []string {
+	names := make([]string, 0, len(httpapi.WebhookOutcomes)+1)
+	for _, o := range httpapi.WebhookOutcomes {
+		names = append(names, string(o))
+	}
+	return append(names, MetricSecretRefreshFailed)
+}
+
+// MetricsFor returns the count metrics a document with this Source holds
+// (nil for a value the function never writes).
+func MetricsFor(source string) []string {
+	switch source {
+	case SourceSQS, SourceHTTP:
+		return Metrics()
+	case SourceWebhook:
+		return WebhookMetrics()
+	}
+	return nil
+}
+
+// metricNames and webhookMetricNames are built once: every invocation
+// writes one of them.
+var (
+	metricNames        = Metrics()
+	webhookMetricNames = WebhookMetrics()
+)
 
 // Router dispatches invocations. It is safe for concurrent use (Lambda
 // Managed Instances run several invocations at once in one process): its
@@ -87,9 +122,13 @@ type Router struct {
 	// configuration against it. Invocations that start meanwhile wait for
 	// it: it must be quick.
 	FirstInvoke func(ctx context.Context, timeout time.Duration)
-	// Secret, if set, is the signing secret, whose problems each document
-	// counts (including those of the read at init, in the first document).
+	// Secret, if set, is the signing secret, whose problems each SQS and
+	// HTTP document counts (including those of the read at init, in the
+	// first document).
 	Secret SecretHealth
+	// InboundSecret, if set, is the inbound webhook sources' secret, whose
+	// failed re-reads each webhook document counts.
+	InboundSecret SecretHealth
 
 	once sync.Once
 }
@@ -160,20 +199,33 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 			return nil, fmt.Errorf("API Gateway v2 event: %w", err)
 		}
 		resp, res := r.HTTP.Handle(ctx, req)
-		counts.Add(string(res.Label))
+		if res.Webhook != "" {
+			source = SourceWebhook
+			counts.Add(string(res.Webhook))
+		} else {
+			counts.Add(string(res.Label))
+		}
 		result = resp
 	default:
 		return nil, fmt.Errorf("unsupported event: want an SQS event (an object with Records from aws:sqs) or an API Gateway HTTP API payload 2.0 request (an object with requestContext.http); got %s", describe(payload))
 	}
 	if r.Metrics != nil {
-		if r.Secret != nil {
-			c := r.Secret.TakeCounts()
+		names := metricNames
+		secret := r.Secret
+		if source == SourceWebhook {
+			// The receiving route signs nothing: the signing secret's
+			// counts wait for the next SQS or HTTP document, whose alarms
+			// watch them; this one counts the sources secret's.
+			names, secret = webhookMetricNames, r.InboundSecret
+		}
+		if secret != nil {
+			c := secret.TakeCounts()
 			counts.AddN(MetricSigningKeyIgnored, c.Ignored)
 			counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
 		}
 		doc := emf.Document{
 			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
-			Names: metricNames, Counts: &counts, Duration: now().Sub(start), At: now(),
+			Names: names, Counts: &counts, Duration: now().Sub(start), At: now(),
 		}
 		if err := emf.Write(r.Metrics, doc); err != nil {
 			r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())

@@ -40,7 +40,7 @@ func TestAPanicInARefreshDoesNotStopLaterRefreshes(t *testing.T) {
 	api := &panickyAPI{value: base64.StdEncoding.EncodeToString([]byte("first key, 32 bytes long, okay.")), panics: map[int64]bool{4: true}}
 	clock := time.Unix(1_800_000_000, 0)
 	src := New(api, "webhook", time.Minute, slog.New(slog.DiscardHandler))
-	src.now = func() time.Time { return clock }
+	src.cache.now = func() time.Time { return clock }
 	if err := src.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 // Package secretsource reads the webhook signing secret from AWS Secrets
-// Manager and keeps it fresh, so that a rotation needs no redeploy, and
-// reads plain-text secrets (the downstream URL) once.
+// Manager and keeps it fresh, so that a rotation needs no redeploy, reads
+// plain-text secrets (the downstream URL) once, and keeps a parsed secret
+// document fresh ([Document]: the inbound webhook sources) by the same
+// refresh rule.
 //
 // A rotation cannot break deliveries. Every version that is labelled is
 // live: AWSCURRENT, AWSPENDING (a rotation under way: receivers may already
@@ -75,39 +77,37 @@ type Counts struct {
 }
 
 // Source holds the live keys of one secret. It is safe for concurrent use:
-// its state is behind one mutex. Under Lambda Managed Instances one Source
-// serves every invocation of the process, so reads may overlap (a periodic
-// refresh, and a Reload after a refused signature); the keys held are
-// always those of the read that began last among those that succeeded,
-// never an older read that finished later.
+// the keys are behind the cache's mutex, the counts behind mu. Under Lambda
+// Managed Instances one Source serves every invocation of the process, so
+// reads may overlap (a periodic refresh, and a Reload after a refused
+// signature): the cache keeps the keys of the read that began last among
+// those that succeeded, never an older read's that finished later.
 type Source struct {
-	api     API
-	id      string
-	refresh time.Duration
-	now     func() time.Time
-	log     *slog.Logger
+	api   API
+	id    string
+	log   *slog.Logger
+	cache cache[[][]byte]
 
-	mu         sync.Mutex
-	keys       [][]byte
-	readAt     time.Time
-	refreshing bool
-	counts     Counts
-	// begun numbers the reads as they start; held is the number of the
-	// read whose keys are held.
-	begun, held uint64
+	mu     sync.Mutex
+	counts Counts
 }
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
 // refresh (zero means DefaultRefresh), warning on logger (nil: the default
 // logger). Call Load before use.
 func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source {
-	if refresh <= 0 {
-		refresh = DefaultRefresh
-	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Source{api: api, id: id, refresh: refresh, now: time.Now, log: logger}
+	s := &Source{api: api, id: id, log: logger}
+	s.cache = newCache(refresh, s.readKeys)
+	s.cache.failed = func(ctx context.Context, err error) {
+		s.mu.Lock()
+		s.counts.RefreshFailed++
+		s.mu.Unlock()
+		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
+	}
+	return s
 }
 
 // TakeCounts returns the counts since the last call and starts them again
@@ -134,55 +134,7 @@ func (s *Source) Load(ctx context.Context) error {
 // own, while every other caller goes on with the keys already read: an
 // outage or a hang of Secrets Manager never stops deliveries. A failed
 // re-read is tried again after 30 s.
-func (s *Source) Keys(ctx context.Context) ([][]byte, error) {
-	s.mu.Lock()
-	keys, stale := s.keys, s.now().Sub(s.readAt) >= s.refresh
-	refresh := stale && !s.refreshing && keys != nil
-	if refresh {
-		s.refreshing = true
-	}
-	s.mu.Unlock()
-	if keys == nil {
-		// Never read (Load was not called, or failed): read now.
-		if _, err := s.reload(ctx); err != nil {
-			return nil, err
-		}
-		return s.current(), nil
-	}
-	if refresh {
-		s.refreshNow(ctx)
-	}
-	return s.current(), nil
-}
-
-// refreshNow re-reads the keys for Keys, which has marked the refresh as
-// running.
-func (s *Source) refreshNow(ctx context.Context) {
-	err := errors.New("the refresh did not finish")
-	defer func() {
-		// Deferred, so that a panic in the read (recovered by the caller's
-		// caller) cannot leave the mark set: every later Keys call in the
-		// process would skip the refresh forever.
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.refreshing = false
-		if err != nil {
-			// Keep the keys; try again in a while, not on every delivery.
-			s.readAt = s.now().Add(retryFailedRefresh - s.refresh)
-		}
-	}()
-	// Within the delivery's own deadline too: a slow refresh must not push
-	// the request it signs past its time.
-	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
-	defer cancel()
-	_, err = s.reload(rctx)
-}
-
-func (s *Source) current() [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keys
-}
+func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.get(ctx) }
 
 // Reload reads the keys again now (the caller does this when a receiver
 // refuses a signature) and reports whether the keys held now differ from
@@ -199,38 +151,26 @@ func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 }
 
 func (s *Source) reload(ctx context.Context) (bool, error) {
-	s.mu.Lock()
-	s.begun++
-	n, before := s.begun, s.keys
-	s.mu.Unlock()
+	prev, keys, err := s.cache.reload(ctx)
+	if err != nil {
+		return false, err
+	}
+	return !equalKeys(prev, keys), nil
+}
+
+// readKeys reads the live keys (the cache's read); an ignored version is
+// counted and logged here, a failed re-read by the cache's failed hook.
+func (s *Source) readKeys(ctx context.Context) ([][]byte, error) {
 	keys, ignored, err := s.readLive(ctx)
 	s.mu.Lock()
 	s.counts.Ignored += len(ignored)
-	reread := s.keys != nil
-	changed := false
-	switch {
-	case err != nil && reread:
-		// A re-read: the keys already read stay in use.
-		s.counts.RefreshFailed++
-	case err == nil:
-		if n > s.held {
-			s.keys, s.readAt, s.held = keys, s.now(), n
-		}
-		// Else a read that began after this one has stored its keys
-		// already: this one may hold the versions before a rotation, so
-		// it is dropped.
-		changed = !equalKeys(before, s.keys)
-	}
 	s.mu.Unlock()
 	// Logged outside the lock: deliveries wait on it.
 	for _, ig := range ignored {
 		s.log.WarnContext(ctx, "signing secret version ignored: it is not a valid key; deliveries are signed with the valid versions only",
 			"secret", s.id, "stage", ig.stage, "error", ig.err.Error())
 	}
-	if err != nil && reread {
-		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
-	}
-	return changed, err
+	return keys, err
 }
 
 type ignoredVersion struct {

@@ -323,3 +323,69 @@ func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
 		t.Fatalf("keys after both reads: %d keys, %v; want only the new one (the older read finished last)", len(keys), err)
 	}
 }
+
+// parseWords is a Document parser for the tests: a value of words, or an
+// error that does not quote it.
+func parseWords(s string) ([]string, error) {
+	if strings.HasPrefix(s, "bad") {
+		return nil, fmt.Errorf("a value of %d bytes that starts badly", len(s))
+	}
+	return strings.Fields(s), nil
+}
+
+// A Document reads its secret at Load, picks up a new value after the
+// refresh interval, and keeps the last good value when the new one does
+// not parse (saying so through OnRefreshError, never quoting the value).
+func TestDocumentRefreshesAndKeepsTheLastGoodValue(t *testing.T) {
+	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
+	ctx := context.Background()
+	arn := newSecret(t, client, "alpha beta")
+	doc := secretsource.NewDocument(client, arn, time.Nanosecond, parseWords)
+	var failures []error
+	var mu sync.Mutex
+	doc.OnRefreshError(func(err error) { mu.Lock(); failures = append(failures, err); mu.Unlock() })
+	if err := doc.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := doc.Get(ctx); err != nil || strings.Join(got, ",") != "alpha,beta" {
+		t.Fatalf("Get after Load: %q, %v; want alpha,beta", got, err)
+	}
+	if _, err := client.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &arn, SecretString: aws.String("gamma")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := doc.Get(ctx); err != nil || strings.Join(got, ",") != "gamma" {
+		t.Fatalf("Get after a new value: %q, %v; want gamma (refresh 1 ns)", got, err)
+	}
+	if _, err := client.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &arn, SecretString: aws.String("bad secret-value-123")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := doc.Get(ctx); err != nil || strings.Join(got, ",") != "gamma" {
+		t.Fatalf("Get after a value that does not parse: %q, %v; want the last good value, gamma", got, err)
+	}
+	if c := doc.TakeCounts(); c.RefreshFailed != 1 || doc.TakeCounts().RefreshFailed != 0 {
+		t.Errorf("counts %+v; want one failed re-read, counted once", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) != 1 || !strings.Contains(failures[0].Error(), arn) || strings.Contains(failures[0].Error(), "secret-value-123") ||
+		idem.Classify(failures[0]) != idem.ClassPermanent {
+		t.Errorf("refresh failures %v; want one permanent error naming the secret, not its value", failures)
+	}
+}
+
+func TestDocumentLoadFailures(t *testing.T) {
+	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
+	ctx := context.Background()
+	if err := secretsource.NewDocument(client, "no-such-document", 0, parseWords).Load(ctx); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "no-such-document") {
+		t.Errorf("missing secret: %v; want a permanent error naming it", err)
+	}
+	arn := newSecret(t, client, "bad hunter2-hunter2")
+	doc := secretsource.NewDocument(client, arn, 0, parseWords)
+	err := doc.Load(ctx)
+	if idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), arn) || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a value that does not parse: %v; want a permanent error naming the secret, not the value", err)
+	}
+	if _, err := doc.Get(ctx); err == nil {
+		t.Error("Get after a failed Load: want the read's error, not a zero value")
+	}
+}

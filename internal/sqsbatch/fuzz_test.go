@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/sqsbatch"
 )
 
@@ -48,6 +49,12 @@ func FuzzRecords(f *testing.F) {
 		{`"hello"`, "1", "", 3},
 		{``, "", "", 0},
 		{`{"id":"big","action":"notify","n":123456789012345678901234567890e999999}`, "1", "", 30},
+		// Inbound envelopes: the canary in the delivery id, the sender's
+		// body, the source's name; a Stripe envelope whose id then differs.
+		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 81},
+		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 97},
+		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 32},
+		{`{"oncely_inbound":1,"source":"pay","scheme":"stripe","delivery_id":"evt_1","body":{"id":"evt_1","pending_webhooks":1}}`, "1", "", 93},
 	}
 	for _, s := range seeds {
 		f.Add(s.body, s.receive, s.group, s.at)
@@ -111,10 +118,23 @@ func FuzzRecords(f *testing.F) {
 				if !found || (rec.Status != idem.StatusSucceeded && (rec.Status != idem.StatusFailed || rec.Retryable)) {
 					t.Fatalf("%s acknowledged (%s) but the record is %+v (found %v)", r.MessageID, r.Label, rec, found)
 				}
-				if req, err := fx.keys.Request([]byte(body)); err != nil || req.Fingerprint != rec.Fingerprint {
+				if req, err := requestOf(fx, []byte(body)); err != nil || req.Fingerprint != rec.Fingerprint || req.Key != r.Key {
 					t.Fatalf("%s acknowledged under a record of another payload (%v)", r.MessageID, err)
 				}
 			}
 		}
 	})
+}
+
+// requestOf is the request a body must be recorded under: an inbound
+// envelope's own, or the configured expressions'.
+func requestOf(fx *fixture, body []byte) (idem.Request, error) {
+	if !inbound.IsEnvelope(body) {
+		return fx.keys.Request(body)
+	}
+	env, err := inbound.DecodeEnvelope(body)
+	if err != nil {
+		return idem.Request{}, err
+	}
+	return env.Request()
 }

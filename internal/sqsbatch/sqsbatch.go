@@ -28,6 +28,7 @@ import (
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
@@ -259,12 +260,12 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 		return b.poison(ctx, res, body, &idem.Error{Code: idem.CodeTooLarge,
 			Message: fmt.Sprintf("the body is %d bytes; the limit is %d (MAX_BODY_BYTES)", len(body), h.o.MaxBodyBytes)})
 	}
-	req, err := h.o.Keys.Request(body)
+	req, ev, err := h.event(body, m)
 	if err != nil {
 		return b.poison(ctx, res, body, err)
 	}
 	res.Key = req.Key
-	out, shared := b.run(ctx, req, m)
+	out, shared := b.run(ctx, req, ev)
 	res.Attempts = out.Attempts
 	res.Label = out.Label()
 	if out.Err != nil {
@@ -287,10 +288,34 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 	return res
 }
 
+// event returns a record's request and the event its action gets. An
+// inbound webhook's envelope (package inbound) has its own key and
+// fingerprint, wh:<source>:<delivery-id> and the sender's stable fields,
+// whatever the configured expressions say, and the action gets the
+// sender's body; every other body goes through the expressions.
+func (h *Handler) event(body []byte, m events.SQSMessage) (idem.Request, action.Event, error) {
+	if inbound.IsEnvelope(body) {
+		env, err := inbound.DecodeEnvelope(body)
+		if err != nil {
+			return idem.Request{}, action.Event{}, err
+		}
+		req, err := env.Request()
+		if err != nil {
+			return idem.Request{}, action.Event{}, err
+		}
+		return req, action.Event{Key: req.Key, Body: env.Body, Source: action.SourceWebhook, ID: m.MessageId,
+			Inbound: &action.Inbound{Source: env.Source, Scheme: string(env.Scheme), DeliveryID: env.DeliveryID}}, nil
+	}
+	req, err := h.o.Keys.Request(body)
+	if err != nil {
+		return idem.Request{}, action.Event{}, err
+	}
+	return req, action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}, nil
+}
+
 // run runs the record through the engine, sharing the outcome with
 // identical copies in the batch.
-func (b *batch) run(ctx context.Context, req idem.Request, m events.SQSMessage) (idem.Outcome, bool) {
-	ev := action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}
+func (b *batch) run(ctx context.Context, req idem.Request, ev action.Event) (idem.Outcome, bool) {
 	return b.flight(req, func() idem.Outcome {
 		out, _ := b.h.o.Engine.DoWork(ctx, req, action.Work(b.h.o.Action, ev))
 		return out

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -73,7 +74,10 @@ func Endpoint(t TB) string {
 }
 
 // Client returns an SQS client for the server at endpoint, with dummy
-// credentials, signing for Region.
+// credentials, signing for Region. Each retry the SDK makes is logged to
+// stderr (shown when a test fails): a call the server ran before the error
+// runs twice (a second copy of a send; a receive that finds nothing because
+// the first attempt took the message).
 func Client(endpoint string) *sqs.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
@@ -82,7 +86,19 @@ func Client(endpoint string) *sqs.Client {
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   &http.Client{Transport: t},
+		Retryer:      func() aws.Retryer { return loggedRetryer{retry.NewStandard()} },
 	})
+}
+
+// loggedRetryer is the SDK's standard retryer, saying when it retries.
+type loggedRetryer struct{ aws.RetryerV2 }
+
+func (r loggedRetryer) IsErrorRetryable(err error) bool {
+	ok := r.RetryerV2.IsErrorRetryable(err)
+	if ok {
+		fmt.Fprintf(os.Stderr, "sqslocal: %s: the SDK sends an SQS call again after: %v\n", time.Now().UTC().Format(time.RFC3339Nano), err)
+	}
+	return ok
 }
 
 // Scale divides the template's times for a local run: a queue's

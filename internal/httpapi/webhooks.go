@@ -1,0 +1,230 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
+)
+
+// The receiving route: senders POST their deliveries to
+// /webhooks/<source name>.
+const (
+	WebhookRouteKey      = Method + " /webhooks/{source}"
+	WebhookPathPrefix    = "/webhooks/"
+	WebhookPathParameter = "source"
+)
+
+// Webhooks configure the receiving route POST /webhooks/{source}. Senders
+// cannot sign with SigV4, so the route has no API Gateway authorizer: the
+// handler verifies the sender's signature before anything else is done
+// with the delivery, and makes no store call at all.
+type Webhooks struct {
+	// Sources returns the configured senders (a secretsource.Document of
+	// inbound.ParseSources in the function).
+	Sources SourceSet
+	// Queue queues an envelope on the standard events queue.
+	Queue Queue
+	// MaxMessageBytes is the queue's message limit (sqssend.MaxMessageBytes).
+	// An envelope larger than it, or than Options.MaxBodyBytes (which the
+	// queue path refuses), is refused with 413.
+	MaxMessageBytes int
+	// Tolerance is how far a signed timestamp may be from now. Zero means
+	// inbound.DefaultTolerance.
+	Tolerance time.Duration
+}
+
+// SourceSet gives the configured sources.
+type SourceSet interface {
+	Get(ctx context.Context) (*inbound.Sources, error)
+}
+
+// Queue sends one message and returns its id (*sqssend.Sender).
+type Queue interface {
+	Send(ctx context.Context, body []byte) (string, error)
+}
+
+// WebhookOutcome says in one word what happened to one request on the
+// receiving route. The outcomes are the metric names of its EMF document
+// (Source "webhook") and the outcome of its log line.
+type WebhookOutcome string
+
+// The outcomes.
+const (
+	// WebhookQueued: verified and queued, answered 202.
+	WebhookQueued WebhookOutcome = "queued"
+	// WebhookRefused: the signature was missing, malformed, wrong or
+	// stale (401). Nothing queued.
+	WebhookRefused WebhookOutcome = "refused"
+	// WebhookUnknownSource: no source of that name (404). Nothing queued.
+	WebhookUnknownSource WebhookOutcome = "unknown_source"
+	// WebhookTooLarge: the delivery does not fit in a queue message (413).
+	// Nothing queued.
+	WebhookTooLarge WebhookOutcome = "too_large"
+	// WebhookInvalid: authentic, but the body is not JSON or has no
+	// usable delivery id (400, 415), or another method (405). Nothing
+	// queued.
+	WebhookInvalid WebhookOutcome = "invalid"
+	// WebhookQueueFailed: verified, but the queue (or the sources' secret)
+	// did not answer: 503, or 500 when a retry cannot help. Nothing queued;
+	// the sender retries (GitHub does not).
+	WebhookQueueFailed WebhookOutcome = "queue_failed"
+)
+
+// WebhookOutcomes lists every outcome, in a stable order.
+var WebhookOutcomes = []WebhookOutcome{WebhookQueued, WebhookRefused, WebhookUnknownSource, WebhookTooLarge, WebhookInvalid, WebhookQueueFailed}
+
+// webhookStatus is the one table from the receiving route's codes to HTTP
+// statuses and outcomes.
+var webhookStatus = map[idem.Code]struct {
+	status  int
+	outcome WebhookOutcome
+}{
+	idem.CodeSignatureMissing:          {401, WebhookRefused},
+	idem.CodeSignatureMalformed:        {401, WebhookRefused},
+	idem.CodeSignatureMismatch:         {401, WebhookRefused},
+	idem.CodeTimestampOutsideTolerance: {401, WebhookRefused},
+	idem.CodeUnknownSource:             {404, WebhookUnknownSource},
+	idem.CodeMethodNotAllowed:          {405, WebhookInvalid},
+	idem.CodeTooLarge:                  {413, WebhookTooLarge},
+	idem.CodeInvalidPayload:            {400, WebhookInvalid},
+	idem.CodeKeyMissing:                {400, WebhookInvalid},
+	idem.CodeInvalidKey:                {400, WebhookInvalid},
+	idem.CodeUnsupportedMediaType:      {415, WebhookInvalid},
+}
+
+// webhookRoute reports whether req is for the receiving route, and which
+// source it names.
+func webhookRoute(req events.APIGatewayV2HTTPRequest) (source, method string, ok bool) {
+	if routeKeyOf(req) == WebhookRouteKey {
+		return req.PathParameters[WebhookPathParameter], req.RequestContext.HTTP.Method, true
+	}
+	method, path := methodAndPath(req)
+	source, ok = strings.CutPrefix(path, WebhookPathPrefix)
+	if !ok || source == "" || strings.Contains(source, "/") {
+		return "", "", false
+	}
+	return source, method, true
+}
+
+// delivery is what the log line says about one request on the route.
+type delivery struct {
+	source, id, key, messageID string
+	verified                   bool
+	code                       idem.Code
+	err                        string
+}
+
+// webhook serves one request on the receiving route and logs it.
+func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPRequest, source, method string) (events.APIGatewayV2HTTPResponse, Result) {
+	start := h.o.Now()
+	resp, d := h.receive(ctx, req, source, method)
+	outcome := WebhookQueued
+	if d.code != "" {
+		outcome = webhookStatus[d.code].outcome
+		if d.code == idem.CodeInboundUnavailable {
+			outcome = WebhookQueueFailed
+		}
+	}
+	level := slog.LevelInfo
+	if outcome != WebhookQueued {
+		level = slog.LevelWarn
+	}
+	// Every refusal names the source and the delivery id (as claimed when
+	// not verified): an operator can match it with the sender's own log.
+	// (Lambda's log handler adds its own requestId: API Gateway's is
+	// apiRequestId here.)
+	h.o.Logger.Log(ctx, level, "webhook", "apiRequestId", req.RequestContext.RequestID, "source", clip(d.source, 64),
+		"delivery_id", clip(d.id, 128), "verified", d.verified, "outcome", string(outcome), "code", string(d.code),
+		"status", resp.StatusCode, "key", d.key, "queued_message_id", d.messageID, "error", d.err,
+		"duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
+	return resp, Result{Webhook: outcome, Code: d.code, Key: d.key, Error: d.err}
+}
+
+// receive verifies one delivery and queues its envelope. Nothing is stored;
+// nothing is queued unless the answer is 202.
+func (h *Handler) receive(ctx context.Context, req events.APIGatewayV2HTTPRequest, name, method string) (events.APIGatewayV2HTTPResponse, delivery) {
+	w := h.o.Webhooks
+	d := delivery{source: name}
+	refuse := func(code idem.Code, detail string) (events.APIGatewayV2HTTPResponse, delivery) {
+		d.code = code
+		if d.err == "" {
+			d.err = detail
+		}
+		return problem(webhookStatus[code].status, code, detail, 0), d
+	}
+	if method != Method {
+		resp, _ := refuse(idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s<source>; use %s", method, WebhookPathPrefix, Method))
+		resp.Headers["Allow"] = Method
+		return resp, d
+	}
+	sources, err := w.Sources.Get(ctx)
+	if err != nil {
+		d.code, d.err = idem.CodeInboundUnavailable, err.Error()
+		return problem(503, idem.CodeInboundUnavailable, "the webhook sources could not be read; nothing was queued: retry later", time.Second), d
+	}
+	src, ok := sources.Lookup(name)
+	if !ok {
+		what := "that name"
+		if inbound.ValidName(name) {
+			what = fmt.Sprintf("%q", name)
+		}
+		return refuse(idem.CodeUnknownSource, "no webhook source "+what+" is configured")
+	}
+	limit := min(h.o.MaxBodyBytes, w.MaxMessageBytes)
+	body, resp, code, ok := decodeBody(req, limit)
+	if !ok {
+		// Too large (refused before the signature is computed) or not
+		// base64: nothing of it is looked at.
+		d.code, d.err = code, "the body was refused before verification"
+		return resp, d
+	}
+	dv, err := src.Verify(req.Headers, body, h.o.Now(), w.Tolerance)
+	d.id = dv.ID
+	if err != nil {
+		e := err.(*idem.Error) // Verify's errors are all *idem.Error
+		d.verified = webhookStatus[e.Code].status != 401
+		if e.Code == idem.CodeInvalidPayload {
+			if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
+				return refuse(idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; set the sender's content type to application/json", ct))
+			}
+		}
+		return refuse(e.Code, e.Message)
+	}
+	d.verified, d.key = true, dv.Key
+	env := inbound.EnvelopeOf(dv).Encode()
+	if len(env) > limit {
+		return refuse(idem.CodeTooLarge, fmt.Sprintf("the delivery takes %d bytes queued; the limit is %d", len(env), limit))
+	}
+	sctx, cancel := h.o.Engine.Budget().CallContext(ctx)
+	defer cancel()
+	d.messageID, err = w.Queue.Send(sctx, env)
+	if err != nil {
+		d.code, d.err = idem.CodeInboundUnavailable, err.Error()
+		if idem.Classify(err) == idem.ClassTransient {
+			return problem(503, idem.CodeInboundUnavailable, "the delivery was verified but could not be queued; nothing was kept: retry later", time.Second), d
+		}
+		return problem(500, idem.CodeInboundUnavailable, "the delivery was verified but could not be queued; the operator can see why in the function's log", 0), d
+	}
+	out, _ := json.Marshal(struct {
+		Queued bool   `json:"queued"`
+		Key    string `json:"key"`
+	}{true, dv.Key})
+	return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusAccepted, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(out)}, d
+}
+
+// clip bounds a value a stranger chose before it is logged.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return idem.Truncate(s, n) + "…"
+}

@@ -1,0 +1,255 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
+	"github.com/oncely/oncely/internal/testing/memstore"
+	"github.com/oncely/oncely/internal/testing/webhooksender"
+)
+
+var (
+	hookNow     = time.Unix(1_780_000_000, 0)
+	hookKey     = []byte("0123456789abcdef01234567")
+	hookSecrets = `{"acme":{"scheme":"standard-webhooks","secrets":["whsec_` + base64.StdEncoding.EncodeToString(hookKey) + `"]},` +
+		`"pay":{"scheme":"stripe","secrets":["whsec_stripe_endpoint_secret_0001"]},` +
+		`"gh":{"scheme":"github","secrets":["github-webhook-secret-0001"]}}`
+)
+
+// staticSources is a SourceSet that never changes (or always fails).
+type staticSources struct {
+	s   *inbound.Sources
+	err error
+}
+
+func (s staticSources) Get(context.Context) (*inbound.Sources, error) { return s.s, s.err }
+
+// queue records what it is sent, or fails with err.
+type queue struct {
+	mu   sync.Mutex
+	sent [][]byte
+	err  error
+}
+
+func (q *queue) Send(_ context.Context, body []byte) (string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil {
+		return "", q.err
+	}
+	q.sent = append(q.sent, body)
+	return "msg-" + string(rune('0'+len(q.sent))), nil
+}
+
+type hookFixture struct {
+	h     *httpapi.Handler
+	q     *queue
+	store *countingStore
+	logs  *bytes.Buffer
+}
+
+func newHookFixture(t *testing.T, mod func(*httpapi.Options)) *hookFixture {
+	t.Helper()
+	srcs, err := inbound.ParseSources(hookSecrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &hookFixture{q: &queue{}, store: &countingStore{Store: memstore.New()}, logs: &bytes.Buffer{}}
+	engine, err := idem.New(idem.Options{Store: f.store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := func(context.Context, action.Event) (action.Result, error) {
+		t.Error("the action ran on the receiving route")
+		return action.Result{}, nil
+	}
+	o := httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 2048, Logger: slog.New(slog.NewJSONHandler(f.logs, nil)),
+		Now:      func() time.Time { return hookNow },
+		Webhooks: &httpapi.Webhooks{Sources: staticSources{s: srcs}, Queue: f.q, MaxMessageBytes: 4096}}
+	if mod != nil {
+		mod(&o)
+	}
+	if f.h, err = httpapi.New(o); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// hook is a request on the receiving route for source, as API Gateway
+// passes it for the route POST /webhooks/{source}.
+func hook(source string, headers map[string]string, body string, mods ...func(*events.APIGatewayV2HTTPRequest)) events.APIGatewayV2HTTPRequest {
+	h := map[string]string{"content-type": "application/json"}
+	for k, v := range headers {
+		h[strings.ToLower(k)] = v
+	}
+	r := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: httpapi.WebhookRouteKey, RawPath: "/webhooks/" + source, Headers: h, Body: body,
+		PathParameters: map[string]string{"source": source},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: httpapi.WebhookRouteKey, RequestID: "r1",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/" + source}},
+	}
+	for _, m := range mods {
+		m(&r)
+	}
+	return r
+}
+
+const (
+	swBody     = `{"type":"invoice.paid","amount":4200}`
+	stripeBody = `{"id":"evt_1","object":"event","pending_webhooks":1,"type":"charge.succeeded"}`
+	ghBody     = `{"zen":"Design for failure.","hook_id":1}`
+)
+
+func signedSW(id, body string, at time.Time) map[string]string {
+	return webhooksender.StandardWebhooks(id, at, []byte(body), hookKey)
+}
+
+func TestWebhookResponses(t *testing.T) {
+	big := `{"pad":"` + strings.Repeat("x", 2100) + `"}`
+	nearLimit := `{"pad":"` + strings.Repeat("x", 2030) + `"}` // fits as a body; its envelope does not
+	tests := []struct {
+		name    string
+		req     events.APIGatewayV2HTTPRequest
+		mod     func(*httpapi.Options)
+		status  int
+		code    idem.Code
+		outcome httpapi.WebhookOutcome
+		key     string
+	}{
+		{name: "standard webhooks: queued", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), status: 202, outcome: httpapi.WebhookQueued, key: "wh:acme:msg_1"},
+		{name: "stripe: queued", req: hook("pay", map[string]string{"Stripe-Signature": webhooksender.Stripe(hookNow, []byte(stripeBody), "whsec_stripe_endpoint_secret_0001")}, stripeBody), status: 202, outcome: httpapi.WebhookQueued, key: "wh:pay:evt_1"},
+		{name: "github: queued", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody)), "X-GitHub-Delivery": "d-1"}, ghBody), status: 202, outcome: httpapi.WebhookQueued, key: "wh:gh:d-1"},
+		{name: "a base64-encoded body is verified as its bytes", req: hook("acme", signedSW("msg_2", swBody, hookNow), base64.StdEncoding.EncodeToString([]byte(swBody)), func(r *events.APIGatewayV2HTTPRequest) { r.IsBase64Encoded = true }), status: 202, outcome: httpapi.WebhookQueued, key: "wh:acme:msg_2"},
+		{name: "$default route, named stage", req: hook("acme", signedSW("msg_3", swBody, hookNow), swBody, func(r *events.APIGatewayV2HTTPRequest) {
+			r.RouteKey, r.RequestContext.RouteKey, r.RequestContext.Stage, r.RawPath, r.PathParameters = "$default", "$default", "prod", "/prod/webhooks/acme", nil
+		}), status: 202, outcome: httpapi.WebhookQueued, key: "wh:acme:msg_3"},
+		{name: "no signature", req: hook("acme", nil, swBody), status: 401, code: idem.CodeSignatureMissing, outcome: httpapi.WebhookRefused},
+		{name: "wrong secret", req: hook("acme", webhooksender.StandardWebhooks("msg_1", hookNow, []byte(swBody), []byte("not-the-key-not-the-key-!")), swBody), status: 401, code: idem.CodeSignatureMismatch, outcome: httpapi.WebhookRefused},
+		{name: "tampered body", req: hook("acme", signedSW("msg_1", swBody, hookNow), strings.Replace(swBody, "4200", "9999", 1)), status: 401, code: idem.CodeSignatureMismatch, outcome: httpapi.WebhookRefused},
+		{name: "stale timestamp", req: hook("acme", signedSW("msg_1", swBody, hookNow.Add(-10*time.Minute)), swBody), status: 401, code: idem.CodeTimestampOutsideTolerance, outcome: httpapi.WebhookRefused},
+		{name: "malformed signature", req: hook("pay", map[string]string{"Stripe-Signature": "v1=abc"}, stripeBody), status: 401, code: idem.CodeSignatureMalformed, outcome: httpapi.WebhookRefused},
+		{name: "unknown source", req: hook("nobody", signedSW("msg_1", swBody, hookNow), swBody), status: 404, code: idem.CodeUnknownSource, outcome: httpapi.WebhookUnknownSource},
+		{name: "another method", req: hook("acme", nil, "", func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.HTTP.Method = "GET" }), status: 405, code: idem.CodeMethodNotAllowed, outcome: httpapi.WebhookInvalid},
+		{name: "body over the limit, refused before verifying", req: hook("acme", signedSW("msg_1", big, hookNow), big), status: 413, code: idem.CodeTooLarge, outcome: httpapi.WebhookTooLarge},
+		{name: "envelope over the limit", req: hook("acme", signedSW("msg_1", nearLimit, hookNow), nearLimit), status: 413, code: idem.CodeTooLarge, outcome: httpapi.WebhookTooLarge, key: "wh:acme:msg_1"},
+		{name: "the queue's limit is lower", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) { o.Webhooks.MaxMessageBytes = 64 }, status: 413, code: idem.CodeTooLarge, outcome: httpapi.WebhookTooLarge, key: "wh:acme:msg_1"},
+		{name: "authentic, not JSON", req: hook("acme", signedSW("msg_1", "a=1", hookNow), "a=1"), status: 400, code: idem.CodeInvalidPayload, outcome: httpapi.WebhookInvalid},
+		{name: "authentic, form-encoded (GitHub's other content type)", req: hook("gh", map[string]string{"Content-Type": "application/x-www-form-urlencoded", "X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte("payload=%7B%7D")), "X-GitHub-Delivery": "d-1"}, "payload=%7B%7D"), status: 415, code: idem.CodeUnsupportedMediaType, outcome: httpapi.WebhookInvalid},
+		{name: "authentic, no delivery id", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody))}, ghBody), status: 400, code: idem.CodeKeyMissing, outcome: httpapi.WebhookInvalid},
+		{name: "authentic, delivery id unfit for a key", req: hook("acme", signedSW("msg/1", swBody, hookNow), swBody), status: 400, code: idem.CodeInvalidKey, outcome: httpapi.WebhookInvalid},
+		{name: "queue unavailable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
+			o.Webhooks.Queue = &queue{err: idem.Transient(errors.New("sqs: connection reset by sqs.us-east-1.amazonaws.com"))}
+		}, status: 503, code: idem.CodeInboundUnavailable, outcome: httpapi.WebhookQueueFailed, key: "wh:acme:msg_1"},
+		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
+			o.Webhooks.Queue = &queue{err: idem.Permanent(errors.New("sqs: access to https://sqs.us-east-1.amazonaws.com/1/q denied"))}
+		}, status: 500, code: idem.CodeInboundUnavailable, outcome: httpapi.WebhookQueueFailed, key: "wh:acme:msg_1"},
+		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
+			o.Webhooks.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
+		}, status: 503, code: idem.CodeInboundUnavailable, outcome: httpapi.WebhookQueueFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newHookFixture(t, tt.mod)
+			resp, res := f.h.Handle(context.Background(), tt.req)
+			if resp.StatusCode != tt.status || res.Code != tt.code || res.Webhook != tt.outcome || res.Key != tt.key || res.Label != "" {
+				t.Fatalf("got %d %s %s key %q label %q (%s); want %d %s %s key %q, no label", resp.StatusCode, res.Code, res.Webhook, res.Key, res.Label, resp.Body,
+					tt.status, tt.code, tt.outcome, tt.key)
+			}
+			if n := f.store.n.Load(); n != 0 {
+				t.Errorf("%d store calls; want none on the receiving route", n)
+			}
+			if tt.status != 202 {
+				var p struct {
+					Status int    `json:"status"`
+					Code   string `json:"code"`
+					Detail string `json:"detail"`
+				}
+				if err := json.Unmarshal([]byte(resp.Body), &p); err != nil || p.Status != tt.status || p.Code != string(tt.code) || p.Detail == "" ||
+					resp.Headers["Content-Type"] != "application/problem+json" {
+					t.Errorf("body %s (%v); want a problem with status, code and a detail", resp.Body, err)
+				}
+				if len(f.q.sent) != 0 {
+					t.Errorf("%d messages queued for a refusal; want none", len(f.q.sent))
+				}
+				if strings.Contains(resp.Body, "amazonaws.com") || strings.Contains(resp.Body, "secretsmanager") {
+					t.Errorf("body %s names internals", resp.Body)
+				}
+				if (tt.status == 503) != (resp.Headers["Retry-After"] != "") {
+					t.Errorf("Retry-After %q with %d; want one exactly with 503", resp.Headers["Retry-After"], tt.status)
+				}
+				return
+			}
+			if len(f.q.sent) != 1 {
+				t.Fatalf("%d messages queued; want 1", len(f.q.sent))
+			}
+			env, err := inbound.DecodeEnvelope(f.q.sent[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, err := env.Request()
+			if err != nil || req.Key != tt.key {
+				t.Errorf("the queued envelope's key %q (%v); want %q", req.Key, err, tt.key)
+			}
+			if want := tt.req.Body; !tt.req.IsBase64Encoded && string(env.Body) != want {
+				t.Errorf("the queued body %s; want the sender's %s", env.Body, want)
+			}
+			if !strings.Contains(resp.Body, `"key":"`+tt.key+`"`) {
+				t.Errorf("202 body %s; want the key", resp.Body)
+			}
+		})
+	}
+}
+
+// Every refusal is logged with the source and the delivery id it claims;
+// no log line holds the body or a signature.
+func TestWebhookRefusalsAreLogged(t *testing.T) {
+	f := newHookFixture(t, nil)
+	headers := webhooksender.StandardWebhooks("msg_logged", hookNow, []byte(swBody), []byte("not-the-key-not-the-key-!"))
+	f.h.Handle(context.Background(), hook("acme", headers, swBody))
+	var line map[string]any
+	if err := json.Unmarshal(f.logs.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", f.logs, err)
+	}
+	for k, want := range map[string]any{"msg": "webhook", "level": "WARN", "source": "acme", "delivery_id": "msg_logged", "verified": false,
+		"outcome": "refused", "code": "SIGNATURE_MISMATCH", "status": float64(401)} {
+		if line[k] != want {
+			t.Errorf("log %s = %v; want %v", k, line[k], want)
+		}
+	}
+	for _, secret := range []string{"invoice.paid", headers["webhook-signature"][3:], base64.StdEncoding.EncodeToString(hookKey)} {
+		if strings.Contains(f.logs.String(), secret) {
+			t.Errorf("the log line holds %q", secret)
+		}
+	}
+}
+
+// With the route off, /webhooks/… is a route like any other: 404.
+func TestWebhookRouteOff(t *testing.T) {
+	f := newFixture(t)
+	resp, res := f.h.Handle(context.Background(), hook("acme", signedSW("msg_1", swBody, time.Now()), swBody))
+	if resp.StatusCode != 404 || res.Code != idem.CodeNotFound || res.Webhook != "" {
+		t.Errorf("got %d %s %q; want 404 NOT_FOUND, as any unknown route", resp.StatusCode, res.Code, res.Webhook)
+	}
+}
+
+func TestNewNeedsWholeWebhooks(t *testing.T) {
+	engine, _ := idem.New(idem.Options{Store: memstore.New()})
+	noop := func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil }
+	if _, err := httpapi.New(httpapi.Options{Engine: engine, Action: noop, Webhooks: &httpapi.Webhooks{Queue: &queue{}}}); err == nil {
+		t.Error("New accepted Webhooks without Sources")
+	}
+}
