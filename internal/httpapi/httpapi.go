@@ -369,7 +369,17 @@ func NormalizePrincipal(arn string) string {
 // keys may not.
 func ScopedKey(scope, clientKey string) string {
 	sum := sha256.Sum256([]byte(scope))
-	return "api:" + hex.EncodeToString(sum[:8]) + ":" + clientKey
+	return scopedKeyPrefix + hex.EncodeToString(sum[:8]) + ":" + clientKey
+}
+
+// scopedKeyPrefix begins every key ScopedKey makes.
+const scopedKeyPrefix = "api:"
+
+// IsScopedKey reports whether key has the form ScopedKey gives: an API
+// request's key (its caller retries it), not an SQS event's (its message
+// is gone once acknowledged).
+func IsScopedKey(key string) bool {
+	return strings.HasPrefix(key, scopedKeyPrefix)
 }
 
 // clientKey reads and validates the Idempotency-Key header. The draft

@@ -263,6 +263,17 @@ func TestTheLogLineHasOneRequestIdTheInvocations(t *testing.T) {
 	}
 }
 
+// TestIsScopedKey: operators tell an API request's key from an event's by
+// the form ScopedKey gives (oncelyctl's re-send reminder depends on it).
+func TestIsScopedKey(t *testing.T) {
+	if k := httpapi.ScopedKey("jwt:user-1", "order-7f3a9c21"); !httpapi.IsScopedKey(k) {
+		t.Errorf("IsScopedKey(%q) = false, want true", k)
+	}
+	if k := "evt:order-1:notify"; httpapi.IsScopedKey(k) {
+		t.Errorf("IsScopedKey(%q) = true, want false", k)
+	}
+}
+
 // Stored keys are api:<16 hex of SHA-256(scope)>:<key>, and the scope is a
 // caller's key space: a caller whose identity did not change must find the
 // records it stored before this release. The digests below were computed
