@@ -57,11 +57,30 @@ func main() {
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
 	worstAfter := flag.String("worstcase-after", "", "output of go test -bench 'WorstCase/after' for canonjson")
 	worstBefore := flag.String("worstcase-before", "", "output of go test -bench 'WorstCase/before' for canonjson")
+	managedEvents := flag.Int("managed-events", 4000, "events per run of the managed-instances section")
+	managedRuns := flag.Int("managed-runs", 3, "runs per setting of the managed-instances section")
+	only := flag.String("only", "", `run only one section ("managed": 6, Lambda Managed Instances) and print it (and write its report to -out, if given)`)
 	capacityOnly := flag.Bool("capacity-only", false, "print section 0 (capacity per outcome) and exit")
 	baseline := flag.String("baseline", "", "another bootstrap (built from an earlier commit): run the interleaved A/B of sections 4 and 5 against it, write its section of -out, and exit")
 	baselineName := flag.String("baseline-name", "", "what -baseline was built from (a commit), for the report")
 	peerDir := flag.String("peer", "", "directory of the Powertools (TypeScript) peer function (tools/peer, npm ci done): run the peer comparison, write its section of -out, and exit")
 	flag.Parse()
+	if *only == "managed" {
+		f, err := managedInstances(context.Background(), *rieBin, *boot, *managedEvents, *managedRuns)
+		fail(err)
+		// The section's report goes to -out only when it is given: the
+		// default, BENCHMARKS.md, holds every section.
+		path := ""
+		flag.Visit(func(fl *flag.Flag) {
+			if fl.Name == "out" {
+				path = *out
+			}
+		})
+		fail(report(os.Stdout, path, f, "", "", extras{}))
+		return
+	} else if *only != "" {
+		fail(fmt.Errorf("-only %q: the one section that runs alone is managed", *only))
+	}
 	moto := os.Getenv(ddblocal.EnvMoto)
 	if moto == "" {
 		fail(errors.New(ddblocal.EnvMoto + " is not set: run `make bench`, which starts moto"))
@@ -97,6 +116,9 @@ func main() {
 	fail(err)
 	figs = append(figs, f...)
 	f, worstTable, err := worstCaseFigures(*worstAfter, *worstBefore)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = managedInstances(ctx, *rieBin, *boot, *managedEvents, *managedRuns)
 	fail(err)
 	figs = append(figs, f...)
 	x := extras{worstTable: worstTable}
@@ -696,7 +718,7 @@ fresh-event budget. That deserves its own issue, with the risk of owning request
 type extras struct {
 	capacity                    string // section 0's table
 	freshProfile, replayProfile string // pprof -top -cum of the bootstrap
-	worstTable                  string // section 6's table, before and after
+	worstTable                  string // section 7's table, before and after
 }
 
 // capacity measures section 0 and returns its Markdown.
@@ -724,8 +746,10 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	fmt.Fprintf(&md, "- Measured: %s\n- Machine: %s, %d cores (%s), %s/%s, %s\n", time.Now().UTC().Format(time.RFC3339), cpu, runtime.NumCPU(), host, runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n")
 	fmt.Fprintf(&md, "- Load average (1 min) when the run started and ended: %s and %s, on %d cores: above the core count, every wall-clock figure (sections 2, 3, 5) is inflated, and CPU figures less so.\n\n", startLoad, loadAverage(), runtime.NumCPU())
-	fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
-	fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
+	if x.capacity != "" { // not measured by -only
+		fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
+		fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
+	}
 	fmt.Fprintf(&md, "## Figures\n\n| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tmeasured\ttarget\tverdict")
@@ -756,9 +780,9 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	}
 	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); "+
 		"`go test -run '^$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/` and "+
-		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` (section 6); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
 	if x.worstTable != "" {
-		fmt.Fprintf(&md, "\n### 6. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/canonjson/worstcase_test.go`), fingerprinted: canonical JSON written into SHA-256. "+
+		fmt.Fprintf(&md, "\n### 7. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/canonjson/worstcase_test.go`), fingerprinted: canonical JSON written into SHA-256. "+
 			"*Before* is the implementation canonjson had until issue 18 (kept as the test oracle), *after* the linear one. CPU time is the process's (getrusage), "+
 			"which a busy machine disturbs less than the wall time, also shown. A body nested deeper than 1,000 levels is refused (INVALID_PAYLOAD) before any other work.\n\n%s", x.worstTable)
 	}
@@ -779,6 +803,9 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	}
 	if b, err := os.ReadFile(profile); err == nil && len(b) > 0 {
 		fmt.Fprintf(&md, "\n### Where the engine's time goes (`go test -bench BenchmarkEngineFresh -cpuprofile`, `go tool pprof -top`)\n\n```\n%s```\n", b)
+	}
+	if path == "" {
+		return nil
 	}
 	// The opt-in comparisons keep their sections across a plain run.
 	old, _ := os.ReadFile(path)
