@@ -37,8 +37,9 @@ test: fmt-check vet tools
 	# what waitress does at its connection limit, and that moto_server.py lifts it
 	$(VENV_MOTO)/bin/python -m unittest tools/moto_server_test.py
 	$(TEST_ENV) MOTO_SOAK=1 tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
-	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26)
-	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run TestAgainstJSONText ./internal/canonjson/
+	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26), and its
+	# allocations on worst-case bodies (measured without -race, which changes what escapes)
+	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run 'TestAgainstJSONText|TestWorstCaseBodiesAllocateLittle' ./internal/canonjson/
 
 ## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
 unit:
@@ -101,10 +102,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/idem/ | tee $(BENCH_DIR)/engine.txt
 	$(GO) test -run '^$$' -bench BenchmarkEngineFresh -benchtime 2s -cpuprofile $(BENCH_DIR)/cpu.prof -o $(BENCH_DIR)/idem.test ./internal/idem/ > /dev/null
 	$(GO) tool pprof -top -nodecount 25 $(BENCH_DIR)/idem.test $(BENCH_DIR)/cpu.prof > $(BENCH_DIR)/profile.txt 2>/dev/null
+	$(GO) test -run '^$$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/ | tee $(BENCH_DIR)/worstcase-after.txt
+	$(GO) test -run '^$$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/ | tee $(BENCH_DIR)/worstcase-before.txt
 	CGO_ENABLED=0 $(GO) build -tags lambda.norpc,benchprofile -o $(BENCH_DIR)/bootstrap-profile ./cmd/handler
 	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) \
 		-profile-bootstrap $(BENCH_DIR)/bootstrap-profile \
-		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -events $(BENCH_EVENTS) -out BENCHMARKS.md
+		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -events $(BENCH_EVENTS) \
+		-worstcase-after $(BENCH_DIR)/worstcase-after.txt -worstcase-before $(BENCH_DIR)/worstcase-before.txt -out BENCHMARKS.md
 
 # The commit whose bootstrap bench-ab compares against: by default where
 # this branch left main.

@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +55,8 @@ func main() {
 	starts := flag.Int("starts", 20, "cold starts")
 	profBoot := flag.String("profile-bootstrap", "", "bootstrap built with -tags benchprofile; profiles one more end-to-end run")
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
+	worstAfter := flag.String("worstcase-after", "", "output of go test -bench 'WorstCase/after' for canonjson")
+	worstBefore := flag.String("worstcase-before", "", "output of go test -bench 'WorstCase/before' for canonjson")
 	managedEvents := flag.Int("managed-events", 4000, "events per run of the managed-instances section")
 	managedRuns := flag.Int("managed-runs", 3, "runs per setting of the managed-instances section")
 	only := flag.String("only", "", `run only one section ("managed": 6, Lambda Managed Instances) and print it (and write its report to -out, if given)`)
@@ -114,10 +115,13 @@ func main() {
 	f, err = coldStart(ctx, moto, *rieBin, *boot, *starts)
 	fail(err)
 	figs = append(figs, f...)
+	f, worstTable, err := worstCaseFigures(*worstAfter, *worstBefore)
+	fail(err)
+	figs = append(figs, f...)
 	f, err = managedInstances(ctx, *rieBin, *boot, *managedEvents, *managedRuns)
 	fail(err)
 	figs = append(figs, f...)
-	var x extras
+	x := extras{worstTable: worstTable}
 	x.capacity, err = capacity(ctx, moto)
 	fail(err)
 	if *profBoot != "" {
@@ -246,50 +250,23 @@ func engineFigures(path string) ([]figure, error) {
 	if path == "" {
 		return nil, errors.New("-gobench is required")
 	}
-	f, err := os.Open(path)
+	samples, _, err := readGoBench(path)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	type sample struct{ ns, bytes, allocs []float64 }
-	samples := map[string]*sample{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 8 || !strings.HasPrefix(fields[0], "Benchmark") {
-			continue
-		}
-		name := strings.Split(fields[0], "-")[0]
-		s := samples[name]
-		if s == nil {
-			s = &sample{}
-			samples[name] = s
-		}
-		for i := 2; i+1 < len(fields); i += 2 {
-			v, _ := strconv.ParseFloat(fields[i], 64)
-			switch fields[i+1] {
-			case "ns/op":
-				s.ns = append(s.ns, v)
-			case "B/op":
-				s.bytes = append(s.bytes, v)
-			case "allocs/op":
-				s.allocs = append(s.allocs, v)
-			}
-		}
 	}
 	var figs []figure
 	for _, name := range []string{"BenchmarkEngineFresh", "BenchmarkEngineReplay"} {
 		s := samples[name]
-		if s == nil || len(s.ns) == 0 {
+		if len(s["ns/op"]) == 0 {
 			return nil, fmt.Errorf("%s not found in %s", name, path)
 		}
-		how := fmt.Sprintf("go test -bench -benchmem, %d runs, median (min–max)", len(s.ns))
-		ns := stats(s.ns)
-		al := stats(s.allocs)
+		how := fmt.Sprintf("go test -bench -benchmem, %d runs, median (min–max)", len(s["ns/op"]))
+		ns := stats(s["ns/op"])
+		al := stats(s["allocs/op"])
 		label := strings.TrimPrefix(name, "BenchmarkEngine")
 		figs = append(figs,
 			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": time", fmt.Sprintf("%.1f µs (%.1f–%.1f)", ns.med/1000, ns.min/1000, ns.max/1000), "≤ 20 µs", verdict(ns.med <= 20000), how},
-			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": allocations", fmt.Sprintf("%.0f allocs, %.0f B", al.med, stats(s.bytes).med), "≤ 50 allocs", verdict(al.med <= 50), how},
+			figure{"2. Engine overhead per event (in-memory store, no I/O)", label + ": allocations", fmt.Sprintf("%.0f allocs, %.0f B", al.med, stats(s["B/op"]).med), "≤ 50 allocs", verdict(al.med <= 50), how},
 		)
 	}
 	return figs, nil
@@ -741,6 +718,7 @@ fresh-event budget. That deserves its own issue, with the risk of owning request
 type extras struct {
 	capacity                    string // section 0's table
 	freshProfile, replayProfile string // pprof -top -cum of the bootstrap
+	worstTable                  string // section 7's table, before and after
 }
 
 // capacity measures section 0 and returns its Markdown.
@@ -800,12 +778,22 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	if extra := os.Getenv("BENCH_FUNCTION_ENV"); extra != "" {
 		fmt.Fprintf(&md, "\nThis run added to the function's environment: `%s` (BENCH_FUNCTION_ENV).\n", extra)
 	}
-	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); "+
+		"`go test -run '^$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/` and "+
+		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+	if x.worstTable != "" {
+		fmt.Fprintf(&md, "\n### 7. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/canonjson/worstcase_test.go`), fingerprinted: canonical JSON written into SHA-256. "+
+			"*Before* is the implementation canonjson had until issue 18 (kept as the test oracle), *after* the linear one. CPU time is the process's (getrusage), "+
+			"which a busy machine disturbs less than the wall time, also shown. A body nested deeper than 1,000 levels is refused (INVALID_PAYLOAD) before any other work.\n\n%s", x.worstTable)
+	}
 	if b, err := os.ReadFile(goBench); err == nil {
 		fmt.Fprintf(&md, "\n### Engine benchmark output\n\n```\n%s```\n", b)
 	}
 	if missed {
 		fmt.Fprintf(&md, "\n## Targets missed\n\nEvery row marked MISSED above is a target this run did not meet on this machine.\n\n%s\n", missedNotes)
+		if slices.ContainsFunc(figs, func(f figure) bool { return f.section == worstSection && f.verdict == "MISSED" }) {
+			fmt.Fprintf(&md, "\n%s\n", worstMissedNotes)
+		}
 	}
 	if x.freshProfile != "" {
 		fmt.Fprintf(&md, "\n### Where the bootstrap's CPU goes: fresh events (a bootstrap built with `-tags benchprofile`, `go tool pprof -top -cum`)\n\n```\n%s```\n", x.freshProfile)

@@ -72,8 +72,14 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// initSecretTimeout bounds each secret's first read at init.
-const initSecretTimeout = 5 * time.Second
+// initSecretTimeout bounds each secret's first read at init, and
+// initProbeTimeout the table's probe, which runs beside them: inside
+// Lambda's 10 s init limit, so that a hanging service gives a line, not an
+// init timeout.
+const (
+	initSecretTimeout = 5 * time.Second
+	initProbeTimeout  = 2 * time.Second
+)
 
 // wrapStore, when a build-tagged file sets it (faults.go, for the
 // end-to-end tests only), wraps the engine's store. The deployed bootstrap
@@ -94,6 +100,25 @@ func main() {
 	slog.Info("runtime settings", "max_concurrency", lambdacontext.MaxConcurrency(),
 		"gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit_bytes", debug.SetMemoryLimit(-1))
 	lambda.Start(r.Invoke)
+}
+
+// probeTable reads the table once (half a read unit per cold start): a
+// missing table, a denied permission or another key schema fails the init
+// with one line naming the table and DynamoDB's error code, like every other
+// bad setting, instead of failing every message later. An outage
+// (throttling, 5xx, a timeout) only warns: it must not stop cold starts.
+func probeTable(ctx context.Context, store *ddbstore.Store, logger *slog.Logger, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := store.Probe(pctx)
+	switch {
+	case err == nil:
+		return nil
+	case idem.Classify(err) == idem.ClassPermanent:
+		return fmt.Errorf("config: %s: %w", config.EnvTable, err)
+	}
+	logger.WarnContext(ctx, "the idempotency table could not be checked at init; starting anyway", "error", err.Error(), idem.StoreAttr(err))
+	return nil
 }
 
 // tuneRuntime applies the runtime settings config chose (each zero value
@@ -150,6 +175,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Beside the secrets' reads: the init's worst case stays theirs.
+	probed := make(chan error, 1)
+	go func() { probed <- probeTable(ctx, store, logger, initProbeTimeout) }()
 	var engineStore idem.Store = store
 	if wrapStore != nil {
 		engineStore = wrapStore(store)
@@ -191,6 +219,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 			notifier.Signer = keys
 		}
 		act = notifier.Do
+	}
+	if err := <-probed; err != nil {
+		return nil, err
 	}
 	var visibility sqsvisibility.Changer
 	if !cfg.QueueBackoff.Off {

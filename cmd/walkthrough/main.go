@@ -129,7 +129,7 @@ func describe(out idem.Outcome) string {
 	case out.Err.Retryable:
 		return "released, back to the queue: " + string(out.Err.Code)
 	default:
-		return "failed " + string(out.Err.Code) + ": " + strings.SplitN(out.Err.Message, ";", 2)[0]
+		return "failed " + string(out.Err.Code) + ": " + strings.SplitN(out.Err.Detail(), ";", 2)[0]
 	}
 }
 

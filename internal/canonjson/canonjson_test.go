@@ -59,7 +59,11 @@ func TestAppendRejectsInvalid(t *testing.T) {
 }
 
 func FuzzAppendIdempotent(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1.5,"x"]}`, `[1e30,-0.0]`, `"\u00e9"`} {
+	for _, s := range []string{`{"b":1,"a":[1.5,"x"]}`, `[1e30,-0.0]`, `"\u00e9"`,
+		// Nesting and number shapes: the deepest accepted, one deeper, and
+		// numbers at the edges of the double range and of ES6 formatting.
+		nest(MaxDepth, `{"b":-0.0,"a":1e21}`), nest(MaxDepth+1, "0"),
+		`[5e-324,1.7976931348623157e308,1e-7,1e-6,123456789012345678901234567890,-0,0.1e1]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {

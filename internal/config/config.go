@@ -333,12 +333,14 @@ func (p *parser) onOffDefault(name string, def bool) bool {
 }
 
 // CheckDownstreamURL reports whether raw is an http or https URL with a
-// host. Its error never repeats the value: a webhook URL's path and query
-// are often credentials (the URL may come from a secret).
+// host. Its error shows the value by its scheme and host only
+// (notify.RedactURL): a webhook URL's user info, path and query are often
+// credentials (the URL may come from a secret).
 func CheckDownstreamURL(raw string) error {
-	u, err := url.Parse(strings.TrimSpace(raw))
+	raw = strings.TrimSpace(raw)
+	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("want an http or https URL with a host, got a value that is not one (%d characters; not repeated: it may hold a credential)", len(raw))
+		return fmt.Errorf("want an http or https URL with a host, got %s (user info, path and query not repeated: they may hold a credential)", notify.RedactURL(raw))
 	}
 	return nil
 }
@@ -364,7 +366,7 @@ func PlainHTTPWarning(raw string, getenv func(string) string) string {
 func (p *parser) statuses(name string) map[int]bool {
 	v := strings.TrimSpace(p.getenv(name))
 	if v == "" {
-		return nil // the classifier's default: 429, 502, 503, 504
+		return nil // the classifier's defaults only: 429, 502, 503, 504
 	}
 	out := map[int]bool{}
 	for _, f := range strings.Split(v, ",") {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/notify"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -64,6 +65,55 @@ func TestLoadEverything(t *testing.T) {
 	req, err := c.Keys.Request([]byte(`{"detail":{"id":"o-9"}}`))
 	if err != nil || req.Key != "evt:o-9:ship" {
 		t.Errorf("key expression not applied: %+v %v", req, err)
+	}
+}
+
+// TestTransientStatusesSettingAddsToTheDefaults: NOTIFY_TRANSIENT_STATUSES=500,
+// read and handed to notify as the handler does, leaves 429, 502, 503 and
+// 504 transient: an outage must never be stored as permanent failures.
+func TestTransientStatusesSettingAddsToTheDefaults(t *testing.T) {
+	m := base()
+	m[EnvTransientStatuses] = "500"
+	c, err := Load(env(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := notify.Classifier{Transient: c.TransientStatuses}
+	for _, status := range []int{500, 429, 502, 503, 504} {
+		if got := classes.Class(status); got != idem.ClassTransient {
+			t.Errorf("NOTIFY_TRANSIENT_STATUSES=500: %d is %v; want transient", status, got)
+		}
+	}
+	if got := classes.Class(501); got != idem.ClassPermanent {
+		t.Errorf("NOTIFY_TRANSIENT_STATUSES=500: 501 is %v; want permanent", got)
+	}
+}
+
+// TestDownstreamURLIsRedactedInErrors: an invalid DOWNSTREAM_URL's init
+// error shows its scheme and host only, never its user info, path, query
+// or fragment (a webhook URL's credentials).
+func TestDownstreamURLIsRedactedInErrors(t *testing.T) {
+	secrets := []string{"deploy", "hunter2", "s3cr3t", "tok3n", "fr4g"}
+	for _, tt := range []struct{ url, shows string }{
+		{"ftp://deploy:hunter2@hooks.example:8443/s3cr3t?token=tok3n#fr4g", "got ftp://hooks.example:8443 "},
+		{"https://deploy:hunter2@hooks.example/s3cr3t%zz?token=tok3n#fr4g", "not a URL"}, // a bad escape: url.Parse fails
+		{"hooks.example/s3cr3t?token=tok3n&user=deploy:hunter2#fr4g", "not a URL"},       // no scheme
+		{"https:///s3cr3t?token=tok3n&u=deploy:hunter2#fr4g", "not a URL"},               // no host
+		{"javascript:deploy:hunter2@hooks.example/s3cr3t?tok3n#fr4g", "not a URL"},       // opaque
+		{"HTTP s://deploy:hunter2@hooks.example/s3cr3t?token=tok3n#fr4g", "not a URL"},   // a space in the scheme
+	} {
+		m := base()
+		m[EnvDownstreamURL] = tt.url
+		_, err := Load(env(m))
+		if err == nil || !strings.Contains(err.Error(), "config: DOWNSTREAM_URL: want an http or https URL") || !strings.Contains(err.Error(), tt.shows) {
+			t.Errorf("%s: %v; want the variable named and %q", tt.url, err, tt.shows)
+			continue
+		}
+		for _, s := range secrets {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("%s: the error %q shows %q", tt.url, err, s)
+			}
+		}
 	}
 }
 

@@ -370,7 +370,7 @@ func TestCheckTable(t *testing.T) {
 		{e.table, true, ""},
 		{old, false, ""},
 		{other, false, `dynamodb table "not-oncely" is not an oncely records table: its key is id HASH`},
-		{"no-such-table", false, `dynamodb table "no-such-table" not found`},
+		{"no-such-table", false, `dynamodb DescribeTable on table "no-such-table": ResourceNotFoundException: the table does not exist`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.table, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package ddbstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -29,12 +31,62 @@ var permissions = map[string]string{
 	"TransactWriteItems": "each write's own action on its table (dynamodb:PutItem, UpdateItem, DeleteItem or ConditionCheckItem)",
 }
 
-// classify turns an SDK error (after the SDK's own retries) into idem's
-// classes. It is called at each call site with the operation's name.
-// Conditional-check failures never reach it: they are domain results.
-func (s *Store) classify(op string, err error) error {
-	wrap := fmt.Errorf("dynamodb %s on table %q: %w", op, s.table, err)
+// CallError is a DynamoDB call that failed, named for the operator who
+// reads the log: the operation, the table, DynamoDB's error code and, for a
+// refusal a retry will not fix, what to do about it. Its LogValue gives the
+// table, the operation and the code as attributes (idem.StoreAttr logs
+// them). The classes of package idem wrap it.
+type CallError struct {
+	Op, Table string
+	// Code is DynamoDB's error code (ResourceNotFoundException,
+	// AccessDeniedException, ...), else "HTTP <status>", else what happened
+	// to the request ("timeout", "no reply", "connection failed").
+	Code string
+	Hint string // what to do about a refusal; empty for an outage
+	Err  error
+}
 
+func (e *CallError) Error() string {
+	s := fmt.Sprintf("dynamodb %s on table %q: %s", e.Op, e.Table, e.Code)
+	if e.Hint != "" {
+		s += ": " + e.Hint
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// LogValue implements slog.LogValuer.
+func (e *CallError) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("table", e.Table), slog.String("op", e.Op), slog.String("error_code", e.Code))
+}
+
+// errorCode names what went wrong with a call, for CallError.Code.
+func errorCode(err error) string {
+	if api, ok := errors.AsType[smithy.APIError](err); ok && api.ErrorCode() != "" {
+		return api.ErrorCode()
+	}
+	re, isResponse := errors.AsType[*smithyhttp.ResponseError](err)
+	ne, isNet := errors.AsType[*net.OpError](err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case isResponse && re.HTTPStatusCode() > 0:
+		return fmt.Sprintf("HTTP %d", re.HTTPStatusCode())
+	case isNet && ne.Op == "dial":
+		return "connection failed"
+	}
+	return "no reply"
+}
+
+// classify turns an SDK error (after the SDK's own retries) into idem's
+// classes, around a *CallError. It is called at each call site with the
+// operation's name. Conditional-check failures never reach it: they are
+// domain results.
+func (s *Store) classify(op string, err error) error {
+	call := &CallError{Op: op, Table: s.table, Code: errorCode(err), Err: err}
 	var (
 		throughput   *types.ProvisionedThroughputExceededException
 		throttling   *types.ThrottlingException
@@ -44,43 +96,47 @@ func (s *Store) classify(op string, err error) error {
 	)
 	switch {
 	case errors.As(err, &throughput), errors.As(err, &throttling), errors.As(err, &requestLimit), errors.As(err, &internal):
-		return idem.Transient(wrap)
+		return idem.Transient(call)
 	case errors.As(err, &notFound):
-		return idem.Permanent(fmt.Errorf("dynamodb table %q not found: create it (the SAM template does) or fix IDEMPOTENCY_TABLE and the region: %w", s.table, err))
+		call.Hint = "the table does not exist: create it (the SAM template does) or fix IDEMPOTENCY_TABLE and the region"
+		return idem.Permanent(call)
 	}
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
 		case "ThrottlingException", "Throttling", "TooManyRequestsException", "RequestThrottled", "TransactionConflictException":
-			return idem.Transient(wrap)
+			return idem.Transient(call)
 		case "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
 			// The credentials themselves were refused: no permission would help.
-			return idem.Permanent(fmt.Errorf("dynamodb refused the credentials for %s on table %q (%s): they are missing, invalid or expired; check the credentials and the region: %w", op, s.table, api.ErrorCode(), err))
+			call.Hint = "dynamodb refused the credentials: they are missing, invalid or expired; check the credentials and the region"
+			return idem.Permanent(call)
 		case "AccessDeniedException":
 			caller := s.caller
 			if caller == "" {
 				caller = "the function's role needs"
 			}
-			return idem.Permanent(fmt.Errorf("access to dynamodb table %q denied: %s %s on it: %w", s.table, caller, permissions[op], err))
+			call.Hint = fmt.Sprintf("access denied: %s %s on it", caller, permissions[op])
+			return idem.Permanent(call)
 		case "ValidationException", "SerializationException":
-			return idem.Permanent(fmt.Errorf("dynamodb rejected %s on table %q as invalid (check the table's key schema: hash key %q of type S): %w", op, s.table, AttrPK, err))
+			call.Hint = fmt.Sprintf("dynamodb rejected the request as invalid (check the table's key schema: hash key %q of type S)", AttrPK)
+			return idem.Permanent(call)
 		}
 	}
 	if re, ok := errors.AsType[*smithyhttp.ResponseError](err); ok {
 		switch code := re.HTTPStatusCode(); {
 		case code >= 500 || code == 429:
-			return idem.Transient(wrap)
+			return idem.Transient(call)
 		case code >= 400:
-			return idem.Permanent(wrap)
+			return idem.Permanent(call)
 		}
 	}
 	// No reply. A request that never left (a dial failure) is transient; any
 	// other, including a ctx that ended around the call, may have reached
 	// the server, which leaves a write's outcome unknown.
 	if ne, ok := errors.AsType[*net.OpError](err); ok && ne.Op == "dial" {
-		return idem.Transient(wrap)
+		return idem.Transient(call)
 	}
 	if op == "GetItem" {
-		return idem.Transient(wrap) // a read has no side effect to be unsure of
+		return idem.Transient(call) // a read has no side effect to be unsure of
 	}
-	return idem.OutcomeUnknown(wrap)
+	return idem.OutcomeUnknown(call)
 }

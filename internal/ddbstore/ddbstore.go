@@ -372,6 +372,24 @@ func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record
 	return rec, true, nil
 }
 
+// Probe reads an item no write ever makes ("<namespace>#probe": record
+// keys hold no '#'), with one eventually consistent GetItem (half a read
+// unit), to learn whether the table exists, the caller may read it and its
+// key schema is the store's. Its error is classified as every call's is:
+// permanent for a refusal a retry will not fix (ResourceNotFoundException,
+// AccessDeniedException, ValidationException for another key schema),
+// transient for an outage.
+func (s *Store) Probe(ctx context.Context) error {
+	_, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.table,
+		Key:       map[string]types.AttributeValue{AttrPK: str(s.namespace + "#probe")},
+	})
+	if err != nil {
+		return s.classify("GetItem", err)
+	}
+	return nil
+}
+
 func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
 
 // RecordPoison implements idem.PoisonRecorder: a note under

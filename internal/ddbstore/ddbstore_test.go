@@ -602,6 +602,45 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestProbe: the init's probe tells a misconfiguration (permanent, naming
+// the table and DynamoDB's error code) from an outage (transient).
+func TestProbe(t *testing.T) {
+	if err := minidynEnv(t).store.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe on the store's own table: %v", err)
+	}
+	_, ep := ddblocal.Minidyn(t)
+	client, _ := ddblocal.Client(ddblocal.Config(ep, nil))
+	other := ddblocal.NewTableKeyedBy(t, client, "keyed-by-id", "id")
+	for _, tt := range []struct {
+		table, code string
+	}{{"no-such-table", "ResourceNotFoundException"}, {other, "ValidationException"}} {
+		store, _ := ddbstore.New(client, tt.table, "fn")
+		err := store.Probe(context.Background())
+		if idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), `table "`+tt.table+`": `+tt.code) {
+			t.Errorf("Probe on %s: %v; want a permanent error naming the table and %s", tt.table, err, tt.code)
+		}
+	}
+	for _, tt := range []struct {
+		fault string
+		class idem.Class
+	}{
+		{"400 AccessDeniedException", idem.ClassPermanent},
+		{"400 ThrottlingException", idem.ClassTransient},
+		{"500 InternalServerError", idem.ClassTransient},
+	} {
+		e, _ := faultEnv(t, func(string, int64) string { return tt.fault })
+		err := e.store.Probe(context.Background())
+		_, code, _ := strings.Cut(tt.fault, " ")
+		if idem.Classify(err) != tt.class || !strings.Contains(err.Error(), `table "`+e.table+`": `+code) {
+			t.Errorf("Probe under %s: %v (%v); want %v, naming the table and %s", tt.fault, err, idem.Classify(err), tt.class, code)
+		}
+		var call *ddbstore.CallError
+		if !errors.As(err, &call) || call.Table != e.table || call.Code != code || call.Op != "GetItem" {
+			t.Errorf("Probe under %s: %#v; want a *CallError with the table, GetItem and %s", tt.fault, call, code)
+		}
+	}
+}
+
 func TestMissingTableIsConfigurationError(t *testing.T) {
 	_, ep := ddblocal.Minidyn(t)
 	client, _ := ddblocal.Client(ddblocal.Config(ep, nil))

@@ -411,3 +411,27 @@ func TestE2EBadConfigurationFailsInitWithOneLine(t *testing.T) {
 		t.Errorf("a misconfigured function delivered")
 	}
 }
+
+// A misspelled table fails the init with one line naming the table and
+// DynamoDB's error code, instead of every message failing with a log line
+// that names neither.
+func TestE2EMisspelledTableFailsInit(t *testing.T) {
+	typo := "idem-tabel-" + webhooksender.Alphanumeric(8)
+	f := start(t, 10, "IDEMPOTENCY_TABLE="+typo)
+	body, err := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "batchItemFailures") || !strings.Contains(string(body), "errorType") {
+		t.Fatalf("a function on a missing table answered %q; want a function error, never a batch response", body)
+	}
+	want := `config: IDEMPOTENCY_TABLE: dynamodb GetItem on table "` + typo + `": ResourceNotFoundException`
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(f.emu.Log(), want); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the init error does not name the table and the error code:\n%s", f.emu.Log())
+		}
+	}
+	if f.down.Total() != 0 {
+		t.Errorf("a function on a missing table delivered")
+	}
+}

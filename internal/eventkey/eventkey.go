@@ -20,6 +20,7 @@ import (
 	jmespath "github.com/jmespath-community/go-jmespath"
 	"github.com/jmespath-community/go-jmespath/pkg/parsing"
 
+	"github.com/oncely/oncely/internal/canonjson"
 	"github.com/oncely/oncely/internal/idem"
 )
 
@@ -86,9 +87,21 @@ func partNames(expr string) []string {
 	return names
 }
 
-// Request decodes body and returns the request for it: its key and the
-// fingerprint of its payload.
+// Request returns the request for body: its key and the fingerprint of
+// its payload. The body is decoded once, for the expressions; the
+// fingerprint reads the raw bytes (a decoded map would forgive duplicate
+// member names, which canonical JSON refuses). A body nested deeper than
+// canonjson.MaxDepth is refused before it is decoded (INVALID_PAYLOAD); for
+// every other body the order of the checks decides the code: NOT_JSON, then
+// the key's codes, then INVALID_PAYLOAD.
 func (x *Extractor) Request(body []byte) (idem.Request, error) {
+	// The whole body must be canonical JSON even when only a part is
+	// fingerprinted: the decoder forgives duplicate names and invalid
+	// text, which would let two different bodies collide.
+	fp, fpErr := idem.Fingerprint(body)
+	if errors.Is(fpErr, canonjson.ErrTooDeep) {
+		return idem.Request{}, fpErr
+	}
 	doc, err := Decode(body)
 	if err != nil {
 		return idem.Request{}, err
@@ -100,23 +113,18 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	if err := idem.ValidateKey(key); err != nil {
 		return idem.Request{}, err
 	}
-	payload := body
+	if fpErr != nil {
+		return idem.Request{}, fpErr
+	}
 	if x.payload != nil {
-		// The whole body must be canonical JSON even when only a part is
-		// fingerprinted: the decoder forgives duplicate names and invalid
-		// text, which would let two different bodies collide.
-		if _, err := idem.Fingerprint(body); err != nil {
-			return idem.Request{}, err
-		}
 		sel, err := x.payload.Search(doc)
 		if err != nil {
 			return idem.Request{}, &idem.Error{Code: idem.CodeInvalidPayload, Message: "the payload expression could not be evaluated on this body"}
 		}
-		payload, _ = json.Marshal(sel) // values decoded from JSON always marshal
-	}
-	fp, err := idem.Fingerprint(payload)
-	if err != nil {
-		return idem.Request{}, err
+		payload, _ := json.Marshal(sel) // values decoded from JSON always marshal
+		if fp, err = idem.Fingerprint(payload); err != nil {
+			return idem.Request{}, err
+		}
 	}
 	return idem.Request{Key: key, Fingerprint: fp}, nil
 }

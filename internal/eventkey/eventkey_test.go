@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncely/oncely/internal/canonjson"
 	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 )
@@ -136,5 +137,34 @@ func TestNewNamesTheBadExpression(t *testing.T) {
 	// refuse the expression at init instead.
 	if _, err := eventkey.New("['evt:v2', id, action]", ""); err == nil || !strings.Contains(err.Error(), `"evt:v2"`) {
 		t.Errorf("a literal part with ':': %v; want an error naming it", err)
+	}
+}
+
+// TestTooDeepIsInvalidPayloadBeforeAnythingElse: a body nested deeper than
+// canonjson.MaxDepth is INVALID_PAYLOAD whatever else is wrong with it, and
+// is refused before it is decoded: past encoding/json's own limit (10,000)
+// the decoder would call it NOT_JSON, and a missing key KEY_MISSING.
+func TestTooDeepIsInvalidPayloadBeforeAnythingElse(t *testing.T) {
+	nested := func(levels int) string {
+		return strings.Repeat("[", levels) + strings.Repeat("]", levels)
+	}
+	for _, payloadExpr := range []string{"", "detail"} {
+		x, err := eventkey.New("", payloadExpr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, body := range []string{
+			`{"id":"a1","action":"notify","x":` + nested(canonjson.MaxDepth) + "}", // 1,001 levels with the event's own
+			`{"x":` + nested(canonjson.MaxDepth) + "}",                             // and no key
+			nested(20_000), // past encoding/json's limit
+		} {
+			if _, err := x.Request([]byte(body)); !errors.Is(err, canonjson.ErrTooDeep) || code(err) != idem.CodeInvalidPayload {
+				t.Errorf("payload expression %q, %.40s… (%d bytes): %v; want INVALID_PAYLOAD, nested too deep", payloadExpr, body, len(body), err)
+			}
+		}
+		ok := `{"id":"a1","action":"notify","detail":` + nested(canonjson.MaxDepth-1) + "}"
+		if _, err := x.Request([]byte(ok)); err != nil {
+			t.Errorf("payload expression %q, %d levels: %v; want accepted", payloadExpr, canonjson.MaxDepth, err)
+		}
 	}
 }

@@ -96,8 +96,8 @@ type Result struct {
 	Code     idem.Code
 	Key      string
 	Attempts int
-	// Error is the failure's full message, for the log: callers get a
-	// fixed sentence where it would name internals (see detail).
+	// Error is the failure's whole story, for the log (idem.Error.Detail):
+	// callers get a code and a fixed sentence (see detail).
 	Error string
 	// Webhook is set, instead of Label, for a request on the receiving
 	// route: what happened to the delivery.
@@ -153,7 +153,7 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	out, _ := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
 	res := Result{Label: out.Label(), Key: key, Attempts: out.Attempts}
 	if out.Err != nil {
-		res.Code, res.Error = out.Err.Code, out.Err.Message
+		res.Code, res.Error = out.Err.Code, out.Err.Detail()
 		resp := problem(status(out), out.Err.Code, detail(out), out.Err.RetryAfter)
 		if out.Replayed {
 			resp.Headers["Idempotent-Replayed"] = "true"
@@ -424,10 +424,12 @@ func status(out idem.Outcome) int {
 	}
 }
 
-// detail is what a caller is told. A stored failure is the action's own
-// answer (replayed byte for byte); for everything the caller cannot act on
-// but by retrying, a fixed sentence: the internal message names tables,
-// hosts and addresses that are none of the caller's business (it is logged).
+// detail is what a caller is told. A stored failure is its stored message,
+// replayed byte for byte: a fixed sentence for its code (idem.Sentence; a
+// record stored by an older version keeps its own). For everything the
+// caller cannot act on but by retrying, a fixed sentence too: the internal
+// message names tables, hosts and addresses that are none of the caller's
+// business (it is logged).
 func detail(out idem.Outcome) string {
 	if out.Stored {
 		return out.Err.Message

@@ -25,6 +25,7 @@ type fixture struct {
 	engine *idem.Engine
 	store  *countingStore
 	calls  atomic.Int64
+	logs   strings.Builder // the engine's and the adapter's, through one handler
 }
 
 // countingStore counts store calls: refused requests must make none.
@@ -41,7 +42,8 @@ func (s *countingStore) Reserve(ctx context.Context, r idem.Reservation) (idem.R
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{store: &countingStore{Store: memstore.New()}}
-	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: slog.New(slog.DiscardHandler),
+	logger := slog.New(slog.NewJSONHandler(&f.logs, nil))
+	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger,
 		Retry: idem.RetryPolicy{AttemptsPerDelivery: 1, AttemptsPerKey: 0}})
 	if err != nil {
 		t.Fatal(err)
@@ -57,11 +59,15 @@ func newFixture(t *testing.T) *fixture {
 			return action.Result{}, idem.TransientAfter(errors.New("429 from downstream"), 120*time.Second)
 		case "permanent":
 			return action.Result{}, idem.PermanentCode("HTTP_404", errors.New("404 from downstream"))
+		case "leaky":
+			return action.Result{}, errors.New("notify: POST to " + leakyURL + ": tls: handshake failure")
+		case "panic":
+			panic("the secret at " + leakyURL)
 		}
 		return action.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil
 	}
 	f.engine = engine
-	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: slog.New(slog.DiscardHandler)})
+	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +227,77 @@ func TestScope(t *testing.T) {
 		if ok != (tt.want != "") || got != tt.want {
 			t.Errorf("%s: Scope = %q, %v; want %q", tt.name, got, ok, tt.want)
 		}
+	}
+}
+
+// leakyURL is in the errors of the "leaky" and "panic" replies: a host, a
+// user's password, a token. No caller may ever see any of it.
+const leakyURL = "https://deploy:hunter2@10.0.3.7:8443/hook?token=s3cr3t"
+
+// TestStoredFailuresReachCallersAsCodeAndSentence: a stored failure's
+// problem, first answered and replayed, holds its code and the fixed
+// sentence; the detail is in the request's log line.
+func TestStoredFailuresReachCallersAsCodeAndSentence(t *testing.T) {
+	f := newFixture(t)
+	for _, tt := range []struct {
+		reply, key string
+		code       idem.Code
+	}{{"leaky", "leaky-0001", idem.CodePermanentFailure}, {"panic", "panic-0001", idem.CodePanic}} {
+		req := request(header("idempotency-key", tt.key), body(`{"id":"x1","action":"notify","reply":"`+tt.reply+`"}`))
+		first, _ := f.h.Handle(context.Background(), req)
+		replay, _ := f.h.Handle(context.Background(), req)
+		var p struct{ Code, Detail string }
+		_ = json.Unmarshal([]byte(first.Body), &p)
+		if first.StatusCode != 422 || p.Code != string(tt.code) || p.Detail != idem.Sentence(tt.code) {
+			t.Errorf("%s: %d %s; want 422 %s with its sentence", tt.reply, first.StatusCode, first.Body, tt.code)
+		}
+		for _, leak := range []string{"10.0.3.7", "hunter2", "s3cr3t", "deploy", "8443"} {
+			if strings.Contains(first.Body, leak) || strings.Contains(replay.Body, leak) {
+				t.Errorf("%s: a caller sees %q: %s / %s", tt.reply, leak, first.Body, replay.Body)
+			}
+		}
+		if replay.Body != first.Body || replay.Headers["Idempotent-Replayed"] != "true" {
+			t.Errorf("%s: replay %s %v; want the first answer byte for byte, marked replayed", tt.reply, replay.Body, replay.Headers)
+		}
+	}
+	var found int
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var l struct{ Msg, Key, Error string }
+		_ = json.Unmarshal([]byte(line), &l)
+		if l.Msg == "request" && strings.Contains(l.Error, "10.0.3.7") && strings.HasSuffix(l.Key, "-0001") {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d request lines hold the detail with the key; want 2 (the first answers):\n%s", found, f.logs.String())
+	}
+}
+
+// TestFailuresStoredBeforeReplayAsStored: a record written by an earlier
+// version, its detail in the message, replays exactly as it always did.
+func TestFailuresStoredBeforeReplayAsStored(t *testing.T) {
+	f := newFixture(t)
+	req := request(header("idempotency-key", "stored-before-1"))
+	scope, _ := httpapi.Scope(req, issuer)
+	key := httpapi.ScopedKey(scope, "stored-before-1")
+	r, err := idem.NewRequest(key, []byte(req.Body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, _, err := f.store.Reserve(context.Background(), idem.Reservation{Key: key, Fingerprint: r.Fingerprint, Token: "old-owner",
+		Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	old := "notify: POST to https://10.0.3.7:8443: tls: handshake failure"
+	if err := f.store.Fail(context.Background(), idem.Finish{Key: key, Token: "old-owner", Now: now, Attempts: 1,
+		ExpiresAt: now.Add(time.Hour), ErrorCode: idem.CodePermanentFailure, ErrorMessage: old}); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := f.h.Handle(context.Background(), req)
+	want := `{"type":"urn:oncely:problem:permanent_failure","title":"Unprocessable Content","status":422,"detail":"` + old + `","code":"PERMANENT_FAILURE"}`
+	if resp.StatusCode != 422 || resp.Body != want || resp.Headers["Idempotent-Replayed"] != "true" || f.calls.Load() != 0 {
+		t.Errorf("got %d %s %v (action calls %d);\nwant 422 %s, replayed, the action not run", resp.StatusCode, resp.Body, resp.Headers, f.calls.Load(), want)
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 type Class uint8
 
 const (
-	// ClassUnknown: nothing marks the error. Treated as permanent by default
-	// (Options.UnknownAs) and logged with its details.
+	// ClassUnknown: nothing marks the error. The engine treats it as
+	// permanent, and logs it with its type and text.
 	ClassUnknown Class = iota
 	// ClassTransient: a retry may succeed (timeouts, resets, 429/502/503/504, throttling).
 	ClassTransient

@@ -116,6 +116,34 @@ const (
 	CodeInboundUnavailable Code = "INBOUND_UNAVAILABLE"
 )
 
+// sentences are the fixed sentences stored with failures, by code. A
+// stored failure is replayed to API callers byte for byte, so what it says
+// is safe for any caller: what happened, in general terms, never a host, a
+// table, a URL, a value or the underlying error. Those go to the log line
+// of the attempt that failed ("attempt failed", with the key; Lambda's log
+// handler adds the request id).
+var sentences = map[Code]string{
+	CodePermanentFailure:      "the action failed, and would fail the same way again",
+	CodeRetryExhausted:        "the action failed on every attempt this key allows",
+	CodePanic:                 "the action stopped on an internal error",
+	CodeOutcomeUnknown:        "the action's outcome is unknown, so it is not run again",
+	CodeResultTooLarge:        "the action's result is too large to store",
+	CodeEffectConditionFailed: "one of the action's writes failed its condition; nothing was applied",
+	CodeInvalidEffects:        "the action's writes cannot be committed; nothing was applied",
+	CodeTransientFailure:      "the action failed for now; a later delivery runs it again",
+	CodeDeadline:              "too little time was left to start; a later delivery runs it",
+}
+
+// Sentence returns the fixed, caller-safe sentence stored with a failure of
+// code: its own for the engine's codes, the permanent failure's for an
+// action's own codes (notify's HTTP_422: the code says the rest).
+func Sentence(code Code) string {
+	if s, ok := sentences[code]; ok {
+		return s
+	}
+	return sentences[CodePermanentFailure]
+}
+
 // Codes lists every code above, engine and adapter codes alike, in the
 // order they are declared: the vocabulary operators filter by (oncelyctl
 // list --code). A test checks that it names every constant.
@@ -139,7 +167,11 @@ var PoisonReasons = []Code{
 // Error is the error every [Engine.Do] failure is. It says what happened in
 // terms an adapter can act on without reading messages.
 type Error struct {
-	Code      Code
+	Code Code
+	// Message says what happened. For a failure the engine stored, it is
+	// the stored sentence (see [Sentence]; a record stored by an older
+	// version replays its own message), safe to show any caller; Detail
+	// has the rest.
 	Message   string
 	Retryable bool
 	// RetryAfter, when positive, is when a retry may succeed (the lease's end
@@ -157,6 +189,15 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Detail is the failure's whole story, for a log line: the underlying
+// error's text when this process has it, else the message.
+func (e *Error) Detail() string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Message
+}
 
 // Is reports whether target is an *Error with the same code, so that
 // errors.Is(err, idem.ErrLeaseLost) works through wrapping.

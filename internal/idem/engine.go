@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -38,9 +37,6 @@ type Options struct {
 	Lease time.Duration
 	// Retention is how long a record is kept (expires_at). Zero means 24h.
 	Retention time.Duration
-	// UnknownAs is the class given to errors nothing classifies. Zero
-	// (ClassUnknown) means ClassPermanent.
-	UnknownAs Class
 	// Now is the clock. Nil means time.Now. The same clock stamps records
 	// and judges their expiry.
 	Now func() time.Time
@@ -58,8 +54,7 @@ type Options struct {
 // Engine runs actions at most once per key, as far as its Store allows (see
 // docs/guarantees.md). It is safe for concurrent use.
 type Engine struct {
-	o         Options
-	leaseLost atomic.Int64
+	o Options
 }
 
 // New returns an Engine, or an error naming the missing option.
@@ -69,9 +64,6 @@ func New(o Options) (*Engine, error) {
 	}
 	if o.Retention <= 0 {
 		o.Retention = DefaultRetention
-	}
-	if o.UnknownAs == ClassUnknown {
-		o.UnknownAs = ClassPermanent
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -95,14 +87,10 @@ func New(o Options) (*Engine, error) {
 // own calls by it.
 func (e *Engine) Budget() Budget { return e.o.Budget }
 
-// LeaseLost returns how many completions were discarded because their lease
-// had been taken over.
-func (e *Engine) LeaseLost() int64 { return e.leaseLost.Load() }
-
 // Action is the work to run once per key. It returns the result to store
 // (any bytes; JSON by convention) or an error, classified with
 // [Transient], [Permanent] and friends. Errors nothing classifies are
-// treated as Options.UnknownAs.
+// permanent (and logged with their type).
 type Action func(ctx context.Context) ([]byte, error)
 
 // Work is an Action that may also return writes to commit atomically with
@@ -205,7 +193,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 	rec, acquired, err := e.o.Store.Reserve(sctx, res)
 	for round := 0; !acquired; round++ {
 		if err != nil {
-			out.Err = e.storeError("reserve", err)
+			out.Err = e.storeError(ctx, "reserve", req.Key, err)
 			return out
 		}
 		if round == maxReserveRounds {
@@ -242,7 +230,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 		}
 	}
 	if err != nil {
-		out.Err = e.storeError("reserve", err)
+		out.Err = e.storeError(ctx, "reserve", req.Key, err)
 		return out
 	}
 	if now := e.o.Now(); !e.o.Budget.CanStart(now, workEnd) {
@@ -283,7 +271,6 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 	}
 	runCtx, cancel := context.WithDeadline(ctx, workEnd)
 	defer cancel()
-	var slept time.Duration
 	for {
 		out.Calls++
 		result, effects, err := e.call(runCtx, rec.Key, fn)
@@ -292,8 +279,9 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		}
 		class := Classify(err)
 		if class == ClassUnknown {
-			e.o.Logger.WarnContext(ctx, "unclassified action error", "key", rec.Key, "error", err.Error(), "type", fmt.Sprintf("%T", err), "treated_as", e.o.UnknownAs.String())
-			class = e.o.UnknownAs
+			// Unmarked: a retry might repeat a side effect, so permanent.
+			e.o.Logger.WarnContext(ctx, "unclassified action error", "key", rec.Key, "error", err.Error(), "type", fmt.Sprintf("%T", err), "treated_as", ClassPermanent.String())
+			class = ClassPermanent
 		}
 		switch class {
 		case ClassTransient:
@@ -318,13 +306,12 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 			// when to give up).
 			return e.release(sctx, out, res, err, 0)
 		}
-		if e.o.Now().Add(delay).After(workEnd) || (p.MaxSleep > 0 && slept+delay > p.MaxSleep) {
+		if e.o.Now().Add(delay).After(workEnd) {
 			return e.release(sctx, out, res, err, 0)
 		}
 		if serr := e.o.Sleep(runCtx, delay); serr != nil {
 			return e.release(sctx, out, res, err, 0)
 		}
-		slept += delay
 		out.Delays = append(out.Delays, delay)
 		out.Attempts++
 	}
@@ -385,10 +372,19 @@ func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, res
 }
 
 // fail records failure (released for a take-over when retryable) and
-// returns the outcome carrying it.
+// returns the outcome carrying it. The record stores the code and its fixed
+// sentence, which API callers see on every replay; the detail (the
+// message built here, the underlying error: hosts, tables, panic values,
+// the last error) goes to this attempt's log line, with the key.
 func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool) Outcome {
+	level := slog.LevelWarn
+	if retryable {
+		level = slog.LevelInfo // the next delivery runs it again
+	}
+	e.o.Logger.Log(ctx, level, "attempt failed", "key", out.Key, "code", string(failure.Code), "retryable", retryable,
+		"attempts", out.Attempts, "detail", Truncate(failure.Message, maxMessageLen))
 	failure.Retryable = retryable
-	failure.Message = Truncate(failure.Message, maxMessageLen)
+	failure.Message = Sentence(failure.Code)
 	f := e.finish(res, out.Attempts)
 	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
 	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {
@@ -426,22 +422,28 @@ func (e *Engine) write(ctx context.Context, op func() error) error {
 // lease ends.
 func (e *Engine) writeFailed(ctx context.Context, out Outcome, op string, err error) Outcome {
 	if errors.Is(err, ErrLeaseLost) {
-		e.leaseLost.Add(1)
+		// Counted by its label, lease_lost.
 		e.o.Logger.WarnContext(ctx, "lease lost: result discarded", "key", out.Key, "op", op, "attempts", out.Attempts)
 		out.Status, out.Result, out.Stored = "", nil, false
 		out.Err = &Error{Code: CodeLeaseLost, Message: "the lease was taken over before " + op + "; the result was discarded", Retryable: true, Err: err}
 		return out
 	}
-	e.o.Logger.ErrorContext(ctx, "completion write failed", "key", out.Key, "op", op, "error", err.Error())
+	if Classify(err) != ClassPermanent { // storeError logs a refusal
+		e.o.Logger.ErrorContext(ctx, "completion write failed", "key", out.Key, "op", op, "error", err.Error(), StoreAttr(err))
+	}
 	out.Status, out.Stored = StatusInProgress, false
-	out.Err = e.storeError(op, err)
+	out.Err = e.storeError(ctx, op, out.Key, err)
 	return out
 }
 
 // storeError maps a store failure to the engine's codes. Whatever its class,
-// nothing final is known to be stored, so adapters must not acknowledge.
-func (e *Engine) storeError(op string, err error) *Error {
+// nothing final is known to be stored, so adapters must not acknowledge. A
+// refusal a retry will not fix (a missing table, a denied permission) is
+// logged at ERROR with what the store says about it (ddbstore: the table
+// and DynamoDB's error code); its label, store_refused, counts it.
+func (e *Engine) storeError(ctx context.Context, op, key string, err error) *Error {
 	if Classify(err) == ClassPermanent {
+		e.o.Logger.ErrorContext(ctx, "the store refused the call; retrying will not help", "key", key, "op", op, "error", err.Error(), StoreAttr(err))
 		return &Error{Code: CodeStoreMisconfigured, Message: op + ": " + err.Error(), Err: err}
 	}
 	return &Error{Code: CodeStoreUnavailable, Message: op + ": " + err.Error(), Retryable: true, Err: err}

@@ -142,8 +142,11 @@ func TestResultTooLargeIsRecordedAsFailure(t *testing.T) {
 	if errCode(err) != idem.CodeResultTooLarge || !out.Stored {
 		t.Fatalf("got %v stored %v; want stored RESULT_TOO_LARGE", err, out.Stored)
 	}
-	if rec := get(t, f, "evt:big-1:notify"); rec.ErrorCode != idem.CodeResultTooLarge || !strings.Contains(rec.ErrorMessage, "500000") {
-		t.Errorf("record %s %q; want RESULT_TOO_LARGE naming the size", rec.ErrorCode, rec.ErrorMessage)
+	if rec := get(t, f, "evt:big-1:notify"); rec.ErrorCode != idem.CodeResultTooLarge || rec.ErrorMessage != idem.Sentence(idem.CodeResultTooLarge) {
+		t.Errorf("record %s %q; want RESULT_TOO_LARGE with its sentence", rec.ErrorCode, rec.ErrorMessage)
+	}
+	if !strings.Contains(f.logs.String(), "500000") {
+		t.Errorf("the size is not in the attempt's log line: %s", f.logs.String())
 	}
 }
 
@@ -152,8 +155,8 @@ func TestFailWriteLeaseLost(t *testing.T) {
 	f := newFixture(t, withStore(fs))
 	act := &counter{script: []error{idem.Permanent(errBoom)}}
 	out, err := f.engine.Do(context.Background(), req(t, "evt:faillost-1:notify", `{}`), act.run)
-	if !errors.Is(err, idem.ErrLeaseLost) || out.Stored || f.engine.LeaseLost() != 1 {
-		t.Fatalf("got %v stored %v count %d; want LEASE_LOST counted, not stored", err, out.Stored, f.engine.LeaseLost())
+	if !errors.Is(err, idem.ErrLeaseLost) || out.Stored || out.Label() != idem.LabelLeaseLost {
+		t.Fatalf("got %v stored %v label %s; want LEASE_LOST counted by its label, not stored", err, out.Stored, out.Label())
 	}
 }
 
@@ -285,11 +288,68 @@ func TestRetentionNeverEndsBeforeTheLease(t *testing.T) {
 	}
 }
 
-func TestLongMessagesAreCutOnCharacterBoundaries(t *testing.T) {
+func TestLongDetailsAreCutOnCharacterBoundaries(t *testing.T) {
 	f := newFixture(t)
 	msg := strings.Repeat("a", 1023) + "é" + strings.Repeat("b", 100) // é straddles byte 1024
-	out, _ := f.engine.Do(context.Background(), req(t, "evt:long-1:notify", `{}`), (&counter{script: []error{idem.Permanent(errors.New(msg))}}).run)
-	if !utf8.ValidString(out.Err.Message) || len(out.Err.Message) != 1023 {
-		t.Errorf("message of %d bytes, valid UTF-8 %v; want 1023 valid bytes", len(out.Err.Message), utf8.ValidString(out.Err.Message))
+	f.engine.Do(context.Background(), req(t, "evt:long-1:notify", `{}`), (&counter{script: []error{idem.Permanent(errors.New(msg))}}).run)
+	logs := f.logs.String()
+	if !utf8.ValidString(logs) || !strings.Contains(logs, "detail="+strings.Repeat("a", 1023)+"\n") {
+		t.Errorf("logs %q; want the detail cut to 1023 bytes before the é", logs)
+	}
+}
+
+// TestStoredFailuresAreCallerSafe: what a failure stores (and replays to
+// API callers on every delivery) is its code and a fixed sentence; hosts,
+// tables, panic values and the last error go to the failed attempt's log
+// line, with the key, and nowhere else.
+func TestStoredFailuresAreCallerSafe(t *testing.T) {
+	const canary = "10.0.3.7:8443"
+	tests := []struct {
+		name string
+		code idem.Code
+		mod  func(*idem.Options, *faultStore)
+		act  func(context.Context) ([]byte, error)
+	}{
+		{"an unclassified transport error", idem.CodePermanentFailure, nil, func(context.Context) ([]byte, error) {
+			return nil, errors.New("notify: POST to https://" + canary + ": tls: handshake failure")
+		}},
+		{"a panic", idem.CodePanic, nil, func(context.Context) ([]byte, error) {
+			panic("the secret at " + canary)
+		}},
+		{"the last error, attempts used up", idem.CodeRetryExhausted, func(o *idem.Options, _ *faultStore) {
+			o.Retry = idem.RetryPolicy{AttemptsPerDelivery: 1, AttemptsPerKey: 1}
+		}, func(context.Context) ([]byte, error) {
+			return nil, idem.Transient(errors.New("dial tcp " + canary + ": connection refused"))
+		}},
+		{"an action's write that failed its condition", idem.CodeEffectConditionFailed, func(_ *idem.Options, fs *faultStore) {
+			fs.complete = func(int64) error {
+				return idem.PermanentCode(idem.CodeEffectConditionFailed, errors.New("write #0 on table ledger-"+canary+" failed its condition"))
+			}
+		}, func(context.Context) ([]byte, error) { return []byte(`{}`), nil }},
+		{"an unknown outcome", idem.CodeOutcomeUnknown, nil, func(context.Context) ([]byte, error) {
+			return nil, idem.OutcomeUnknown(errors.New("POST to https://" + canary + ": connection reset"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := &faultStore{}
+			f := newFixture(t, withStore(fs), func(o *idem.Options) {
+				if tt.mod != nil {
+					tt.mod(o, fs)
+				}
+			})
+			key := "evt:safe-1:notify"
+			out, _ := f.engine.Do(context.Background(), req(t, key, `{}`), tt.act)
+			again, _ := f.engine.Do(context.Background(), req(t, key, `{}`), tt.act)
+			rec := get(t, f, key)
+			want := idem.Sentence(tt.code)
+			if out.Err == nil || out.Err.Code != tt.code || out.Err.Message != want || rec.ErrorMessage != want || again.Err == nil || again.Err.Message != want {
+				t.Fatalf("first %v, replay %v, stored %s %q; want %s with %q every time", out.Err, again.Err, rec.ErrorCode, rec.ErrorMessage, tt.code, want)
+			}
+			logs := f.logs.String()
+			if !strings.Contains(logs, `msg="attempt failed" key=`+key+` code=`+string(tt.code)) || !strings.Contains(logs, canary) {
+				t.Errorf("logs %s; want the attempt's line with the key, the code and the detail", logs)
+			}
+		})
 	}
 }

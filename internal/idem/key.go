@@ -66,15 +66,16 @@ func JoinKey(parts ...string) (string, error) {
 }
 
 // Fingerprint returns the hex SHA-256 of payload's canonical JSON (see
-// package canonjson), or an INVALID_PAYLOAD *Error.
+// package canonjson), or an INVALID_PAYLOAD *Error (one nested deeper than
+// canonjson.MaxDepth wraps canonjson.ErrTooDeep). The canonical form is
+// written straight into the hash: the work is linear in the payload's
+// size and allocates a few times it at most, whatever its shape.
 func Fingerprint(payload []byte) (string, error) {
-	var buf [512]byte
-	canon, err := canonjson.Append(buf[:0], payload)
-	if err != nil {
+	h := sha256.New()
+	if err := canonjson.Write(h, payload); err != nil {
 		return "", &Error{Code: CodeInvalidPayload, Message: err.Error(), Err: err}
 	}
-	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Request names one event: its key and its payload fingerprint, computed

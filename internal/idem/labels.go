@@ -30,9 +30,14 @@ const (
 	// LabelLeaseLost: the lease was taken over; the result was discarded.
 	// Back to the queue.
 	LabelLeaseLost Label = "lease_lost"
-	// LabelStoreError: the store failed; nothing is known to be stored.
-	// Back to the queue.
+	// LabelStoreError: the store failed for now (an outage, a call cut
+	// short); nothing is known to be stored. Back to the queue.
 	LabelStoreError Label = "store_error"
+	// LabelStoreRefused: the store refused the call for a reason a retry
+	// will not fix (a missing table, a denied permission): logged at ERROR
+	// with the table and the store's error code. Nothing is stored. Back to
+	// the queue, where it fails again until the configuration is fixed.
+	LabelStoreRefused Label = "store_refused"
 	// LabelSkipped: not started (too little time left, or an earlier record
 	// of its FIFO group failed). Back to the queue.
 	LabelSkipped Label = "skipped"
@@ -41,7 +46,7 @@ const (
 // Labels lists every label, in a stable order.
 var Labels = []Label{
 	LabelExecuted, LabelReplayed, LabelPermanent, LabelRetryExhausted, LabelPoison,
-	LabelInProgress, LabelTransient, LabelLeaseLost, LabelStoreError, LabelSkipped,
+	LabelInProgress, LabelTransient, LabelLeaseLost, LabelStoreError, LabelStoreRefused, LabelSkipped,
 }
 
 // Acknowledged reports whether a message with this label may be deleted
@@ -74,8 +79,10 @@ func (o Outcome) Label() Label {
 		return LabelInProgress
 	case CodeLeaseLost:
 		return LabelLeaseLost
-	case CodeStoreUnavailable, CodeStoreMisconfigured:
+	case CodeStoreUnavailable:
 		return LabelStoreError
+	case CodeStoreMisconfigured:
+		return LabelStoreRefused
 	case CodeDeadline:
 		return LabelSkipped
 	case CodeKeyReused, CodeInvalidKey, CodeInvalidPayload:

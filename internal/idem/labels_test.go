@@ -20,7 +20,7 @@ func TestOutcomeLabels(t *testing.T) {
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeInProgress}}, idem.LabelInProgress, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeLeaseLost}}, idem.LabelLeaseLost, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeStoreUnavailable}}, idem.LabelStoreError, false},
-		{idem.Outcome{Err: &idem.Error{Code: idem.CodeStoreMisconfigured}}, idem.LabelStoreError, false},
+		{idem.Outcome{Err: &idem.Error{Code: idem.CodeStoreMisconfigured}}, idem.LabelStoreRefused, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeDeadline}}, idem.LabelSkipped, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeTransientFailure}}, idem.LabelTransient, false},
 		{idem.Outcome{Err: &idem.Error{Code: idem.CodeKeyReused}}, idem.LabelPoison, true},

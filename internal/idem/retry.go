@@ -32,19 +32,15 @@ type RetryPolicy struct {
 	// Base is the first backoff delay; attempt n waits Base·2^(n-1).
 	// Zero means DefaultBackoffBase.
 	Base time.Duration
-	// Max caps the exponential delay (before jitter). Zero means DefaultBackoffMax.
+	// Max caps the exponential delay (before jitter), and the downstream's
+	// Retry-After the engine honours by sleeping in-call: a longer one ends
+	// the in-call retries, and the key is released with that Retry-After for
+	// the adapter to honour (SQS: the message's visibility). Zero means
+	// DefaultBackoffMax.
 	Max time.Duration
 	// Jitter adds a random fraction of the delay, in [0, Jitter). Zero means
 	// no jitter; production configurations use 0.2 to 1.
 	Jitter float64
-	// MaxRetryAfter caps a downstream's Retry-After that the engine will
-	// honour by sleeping in-call. A longer Retry-After ends the in-call
-	// retries: the key is released with that Retry-After, for the adapter
-	// to honour (SQS: the message's visibility). Zero means Max.
-	MaxRetryAfter time.Duration
-	// MaxSleep caps the total time slept in one call. Zero means no cap
-	// other than the [Budget]: no sleep ever ends past the work deadline.
-	MaxSleep time.Duration
 }
 
 func (p RetryPolicy) attemptsPerDelivery() int {
@@ -56,8 +52,6 @@ func (p RetryPolicy) attemptsPerDelivery() int {
 
 func (p RetryPolicy) base() time.Duration { return orDefault(p.Base, DefaultBackoffBase) }
 func (p RetryPolicy) max() time.Duration  { return orDefault(p.Max, DefaultBackoffMax) }
-
-func (p RetryPolicy) maxRetryAfter() time.Duration { return orDefault(p.MaxRetryAfter, p.max()) }
 
 // keyCapReached reports whether attempts executions use up the per-key cap.
 func (p RetryPolicy) keyCapReached(attempts int) bool {
@@ -71,10 +65,10 @@ func (p RetryPolicy) keyCapReached(attempts int) bool {
 //	delay = min(Base·2^(attempt-1), Max) · (1 + Jitter·random)
 //	delay = max(delay, retryAfter)
 //
-// ok is false when retryAfter exceeds MaxRetryAfter: honouring it in-call is
-// not allowed, so the caller stops retrying here.
+// ok is false when retryAfter exceeds Max: honouring it in-call is not
+// allowed, so the caller stops retrying here.
 func (p RetryPolicy) Delay(attempt int, retryAfter time.Duration, random float64) (delay time.Duration, ok bool) {
-	if retryAfter > p.maxRetryAfter() {
+	if retryAfter > p.max() {
 		return retryAfter, false
 	}
 	if attempt < 1 {

@@ -30,7 +30,6 @@ func TestRetryPolicyDelay(t *testing.T) {
 		{"retry-after below backoff", seedPolicy, 3, 5 * ms, 0, 40 * ms, true},
 		{"retry-after beyond cap stops", seedPolicy, 1, 2 * time.Second, 0, 2 * time.Second, false},
 		{"retry-after at cap is honoured", seedPolicy, 1, time.Second, 0, time.Second, true},
-		{"explicit MaxRetryAfter", idem.RetryPolicy{Base: ms, Max: ms, MaxRetryAfter: 10 * time.Second}, 1, 5 * time.Second, 0, 5 * time.Second, true},
 		{"zero value defaults", idem.RetryPolicy{}, 2, 0, 0, 200 * ms, true},
 	}
 	for _, tt := range tests {

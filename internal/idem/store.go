@@ -2,6 +2,8 @@ package idem
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"time"
 )
 
@@ -215,4 +217,16 @@ type PoisonRecorder interface {
 type PoisonStore interface {
 	PoisonRecorder
 	GetPoison(ctx context.Context, id string, now time.Time) (p Poison, found bool, err error)
+}
+
+// StoreAttr is the log attribute "store" that describes a store error the
+// way its driver chose: the first slog.LogValuer in the error's chain
+// (ddbstore's CallError gives the table, the operation and DynamoDB's error
+// code). Without one it is the empty Attr, which handlers leave out.
+func StoreAttr(err error) slog.Attr {
+	var lv slog.LogValuer
+	if errors.As(err, &lv) {
+		return slog.Any("store", lv)
+	}
+	return slog.Attr{}
 }

@@ -24,8 +24,10 @@ func (e *StatusError) Error() string { return fmt.Sprintf("HTTP %d", e.Status) }
 // the one place that knows what an HTTP status means for retrying; the
 // domain only sees "transient, retry after d" or "permanent, code c".
 type Classifier struct {
-	// Transient lists the statuses that are transient. Nil means
-	// DefaultTransientStatuses.
+	// Transient lists statuses that are transient in addition to
+	// DefaultTransientStatuses, which always are: a setting that replaced
+	// them (NOTIFY_TRANSIENT_STATUSES=500) would turn the next 503 outage
+	// into stored permanent failures, every message acknowledged.
 	Transient map[int]bool
 }
 
@@ -46,12 +48,8 @@ var defaultTransient = func() map[int]bool {
 // so a 3xx is permanent like a 4xx; 1xx and 2xx are not errors and return
 // ClassUnknown.
 func (c Classifier) Class(status int) idem.Class {
-	transient := c.Transient
-	if transient == nil {
-		transient = defaultTransient
-	}
 	switch {
-	case transient[status]:
+	case defaultTransient[status] || c.Transient[status]:
 		return idem.ClassTransient
 	case status >= 300:
 		return idem.ClassPermanent

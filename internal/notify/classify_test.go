@@ -23,10 +23,6 @@ func TestClassifier(t *testing.T) {
 			t.Errorf("default Class(%d) = %v; want %v", status, got, want)
 		}
 	}
-	custom := notify.Classifier{Transient: map[int]bool{500: true}}
-	if custom.Class(500) != idem.ClassTransient || custom.Class(503) != idem.ClassPermanent {
-		t.Errorf("custom transient set not honoured: 500=%v 503=%v", custom.Class(500), custom.Class(503))
-	}
 	now := time.Now()
 	err := def.Error(429, "7", now)
 	var ce *idem.ClassifiedError
@@ -39,6 +35,21 @@ func TestClassifier(t *testing.T) {
 	}
 	if got := notify.DefaultTransientStatuses(); fmt.Sprint(got) != "[429 502 503 504]" {
 		t.Errorf("DefaultTransientStatuses() = %v", got)
+	}
+}
+
+// TestTransientStatusesAddToTheDefaults: listing 500 as transient (what
+// "500 is permanent unless listed" invites) must keep 429, 502, 503 and 504
+// transient, or the next outage is stored as permanent failures.
+func TestTransientStatusesAddToTheDefaults(t *testing.T) {
+	c := notify.Classifier{Transient: map[int]bool{500: true}}
+	for status, want := range map[int]idem.Class{
+		500: idem.ClassTransient, 429: idem.ClassTransient, 502: idem.ClassTransient, 503: idem.ClassTransient, 504: idem.ClassTransient,
+		501: idem.ClassPermanent, 400: idem.ClassPermanent, 422: idem.ClassPermanent,
+	} {
+		if got := c.Class(status); got != want {
+			t.Errorf("with 500 listed, Class(%d) = %v; want %v", status, got, want)
+		}
 	}
 }
 

@@ -252,7 +252,7 @@ func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, r
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		where := req.URL.Scheme + "://" + req.URL.Host
+		where := origin(req.URL)
 		// The *url.Error repeats the whole URL: keep its cause only.
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
@@ -284,6 +284,22 @@ func readReply(body io.Reader) reply {
 	h.Sum(r.sha256[:0])
 	return r
 }
+
+// RedactURL returns a URL as it may be printed (in an init error, a log
+// line, a stored failure): its scheme and host only. A webhook URL's user
+// info, path and query often are its credentials. Text that is not a URL
+// with a scheme and a host is described by its length only.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		// url.Parse's error quotes the whole text: never print it.
+		return fmt.Sprintf("something that is not a URL with a scheme and a host (%d characters, not shown)", len(raw))
+	}
+	return origin(u)
+}
+
+// origin is u's scheme and host.
+func origin(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 func sameKeys(a, b [][]byte) bool {
 	return slices.EqualFunc(a, b, bytes.Equal)

@@ -177,6 +177,8 @@ func TestGetHumanOutput(t *testing.T) {
 	if _, code := f.runCode("", "release", released.Key, "--reason", "currency bug fixed (INC-7)"); code != 0 {
 		t.Fatalf("release exit %d", code)
 	}
+	// As the function stores failures: the code and its sentence.
+	f.write("evt:order-1009:refund", now.Add(-3*time.Minute), 30*time.Second, failWith("HTTP_422", idem.Sentence("HTTP_422"), false, 1))
 	tests := []struct {
 		name string
 		args []string
@@ -188,6 +190,7 @@ func TestGetHumanOutput(t *testing.T) {
 		{"abandoned", []string{"evt:order-1006:notify"}},
 		{"exhausted", []string{"evt:order-1007:notify"}},
 		{"released", []string{"evt:order-1008:refund"}},
+		{"failed-detail-in-log", []string{"evt:order-1009:refund"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,7 +347,7 @@ func TestBadInput(t *testing.T) {
 		{"two ways", []string{"get", "evt:order-1001:refund", "--id", "x", "--action", "y"}, nil, false, opsctl.ExitUsage, "name the record one way"},
 		{"bad caller", []string{"get", "--api-key", "order-7f3a9c21", "--caller", "bob"}, nil, false, opsctl.ExitUsage, `--caller "bob"`},
 		{"unknown key", []string{"get", "evt:order-9999:refund"}, nil, false, opsctl.ExitNotFound, `no record for key "evt:order-9999:refund" in namespace "shop-notify"`},
-		{"wrong table", []string{"get", "evt:order-1001:refund", "--table", "no-such-table"}, nil, false, opsctl.ExitError, `dynamodb table "no-such-table" not found`},
+		{"wrong table", []string{"get", "evt:order-1001:refund", "--table", "no-such-table"}, nil, false, opsctl.ExitError, `dynamodb DescribeTable on table "no-such-table": ResourceNotFoundException`},
 		{"table of another schema", []string{"list", "--table", "orders"}, nil, false, opsctl.ExitError, `dynamodb table "orders" is not an oncely records table: its key is order_id HASH`},
 		{"no table", []string{"list"}, map[string]string{"IDEMPOTENCY_NAMESPACE": "x"}, false, opsctl.ExitUsage, "no table: pass --table, or set IDEMPOTENCY_TABLE"},
 		{"no namespace", []string{"list"}, map[string]string{"IDEMPOTENCY_TABLE": "t"}, false, opsctl.ExitUsage, "no namespace: pass --namespace"},

@@ -86,6 +86,12 @@ func printRecord(w io.Writer, rec idem.Record, now time.Time) error {
 	t.row("state", explain(rec, now))
 	if rec.Status == idem.StatusFailed {
 		t.row("error", string(rec.ErrorCode)+": "+short(rec.ErrorMessage, 200))
+		if rec.ErrorMessage == idem.Sentence(rec.ErrorCode) {
+			// The function stores a code and a fixed sentence, what API
+			// callers see; the detail is in its log (older records hold it).
+			t.row("detail", fmt.Sprintf(`not stored: in the function's log, the "attempt failed" line with key=%s, just before %s`,
+				rec.Key, rec.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000Z")))
+		}
 	}
 	t.row("attempts", fmt.Sprint(rec.Attempts))
 	switch {

@@ -78,7 +78,9 @@ type harnessOptions struct {
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	t.Helper()
 	o := harnessOptions{
-		retry: idem.RetryPolicy{AttemptsPerDelivery: 3, Base: 10 * time.Millisecond, Max: 100 * time.Millisecond, MaxRetryAfter: 2 * time.Second},
+		// Max also caps the Retry-After honoured in-call (2 s, as the
+		// function's default); the backoff steps stay 10 and 20 ms.
+		retry: idem.RetryPolicy{AttemptsPerDelivery: 3, Base: 10 * time.Millisecond, Max: 2 * time.Second},
 	}
 	for _, m := range mods {
 		m(&o)

@@ -99,8 +99,12 @@ func TestSQSTransientAfterInCallAttemptsGoesBackWithBackoff(t *testing.T) {
 		t.Errorf("visibility requested %v (err %v); want 10 s, the first backoff step", d, err)
 	}
 	rec := q.item(namespace + "#" + keyA)
-	if attrS(rec, "status") != "FAILED" || !rec["retryable"].(*typesBool).Value || attrN(rec, "attempts") != "3" || !strings.Contains(attrS(rec, "error_message"), "503") {
-		t.Errorf("record %v; want released: FAILED, retryable, 3 attempts, the last error", rec)
+	if attrS(rec, "status") != "FAILED" || !rec["retryable"].(*typesBool).Value || attrN(rec, "attempts") != "3" || attrS(rec, "error_code") != "TRANSIENT_FAILURE" {
+		t.Errorf("record %v; want released: FAILED, retryable, 3 attempts, TRANSIENT_FAILURE", rec)
+	}
+	// The last error is the attempt's log line's, not the record's.
+	if !strings.Contains(q.logs.String(), `"msg":"attempt failed","key":"`+keyA+`","code":"TRANSIENT_FAILURE"`) || !strings.Contains(q.logs.String(), "downstream replied 503") {
+		t.Errorf("logs %s; want the attempt's line with the key and the last error", q.logs.String())
 	}
 	if n := q.down.Count(keyA); n != 3 {
 		t.Errorf("deliveries %d; want 3 in-call attempts", n)

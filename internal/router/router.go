@@ -133,11 +133,11 @@ type Router struct {
 	once sync.Once
 }
 
-// shape is just enough of an event to tell the sources apart.
+// shape is an event decoded once: an SQS batch whole (each body is
+// decoded from it once, and again only by the key expression), or enough
+// of an API request to tell it from an SQS batch.
 type shape struct {
-	Records []struct {
-		EventSource string `json:"eventSource"`
-	} `json:"Records"`
+	Records        []events.SQSMessage `json:"Records"`
 	RequestContext struct {
 		HTTP struct {
 			Method string `json:"method"`
@@ -177,11 +177,7 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	switch {
 	case len(s.Records) > 0 && s.Records[0].EventSource == "aws:sqs":
 		source = SourceSQS
-		var ev events.SQSEvent
-		if err := json.Unmarshal(payload, &ev); err != nil {
-			return nil, fmt.Errorf("SQS event: %w", err)
-		}
-		resp, results, err := r.SQS.Handle(ctx, ev)
+		resp, results, err := r.SQS.Handle(ctx, events.SQSEvent{Records: s.Records})
 		if err != nil {
 			return nil, err
 		}
@@ -234,8 +230,8 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	return result, nil
 }
 
-// sniff decodes just enough to route the payload, with an error that says
-// what the function accepts and what it got.
+// sniff decodes the payload to route it (an SQS batch whole), with an
+// error that says what the function accepts and what it got.
 func sniff(payload []byte) (shape, error) {
 	var s shape
 	notJSON := fmt.Errorf("the event is not JSON (%d bytes): want an SQS event or an API Gateway HTTP API payload 2.0 request", len(payload))

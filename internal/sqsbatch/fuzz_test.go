@@ -51,6 +51,14 @@ func FuzzRecords(f *testing.F) {
 		{`"hello"`, "1", "", 3},
 		{``, "", "", 0},
 		{`{"id":"big","action":"notify","n":123456789012345678901234567890e999999}`, "1", "", 30},
+		// Nesting and numbers: the deepest body accepted, one level deeper
+		// (INVALID_PAYLOAD, before the key is read), and number forms the
+		// fingerprint formats (-0.0, exponents, 1e400 is refused).
+		{`{"id":"deep-1","action":"notify","x":` + strings.Repeat(`[{"a":`, 499) + `1` + strings.Repeat(`}]`, 499) + `}`, "1", "", 12},
+		{`{"id":"deep-2","action":"notify","x":` + strings.Repeat(`[{"a":`, 500) + `1` + strings.Repeat(`}]`, 500) + `}`, "1", "", 12},
+		{strings.Repeat(`[`, 1001) + strings.Repeat(`]`, 1001), "1", "", 500},
+		{`{"id":"num-1","action":"notify","n":[-0.0,1E2,5e-324,1e21,0.1e1,9007199254740993]}`, "1", "", 9},
+		{`{"id":"num-2","action":"notify","n":1e400}`, "1", "", 9},
 		// Inbound envelopes: the canary in the delivery id, the sender's
 		// body, the source's name; a Stripe envelope whose id then differs.
 		{`{"oncely_inbound":1,"source":"acme","scheme":"standard-webhooks","delivery_id":"m1","body":{"a":"b"}}`, "1", "", 81},

@@ -345,8 +345,11 @@ func (b *batch) poison(ctx context.Context, res Result, body []byte, why error) 
 		At: now, ExpiresAt: now.Add(h.o.PoisonRetention),
 	})
 	if err != nil {
-		h.o.Logger.ErrorContext(ctx, "poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(code), "error", err.Error())
+		h.o.Logger.ErrorContext(ctx, "poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(code), "error", err.Error(), idem.StoreAttr(err))
 		res.Label = idem.LabelStoreError
+		if idem.Classify(err) == idem.ClassPermanent {
+			res.Label = idem.LabelStoreRefused // a retry will not fix it: counted apart
+		}
 		return res
 	}
 	res.Label = idem.LabelPoison

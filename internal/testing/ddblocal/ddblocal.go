@@ -28,6 +28,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/truora/minidyn/server"
 
@@ -162,6 +163,21 @@ func NewTable(t TB, client *dynamodb.Client) string {
 	name := "idem-test-" + hex.EncodeToString(b[:])
 	if _, err := ddbstore.CreateTable(context.Background(), client, name); err != nil && !errors.Is(err, ddbstore.ErrNoTTL) {
 		t.Fatalf("create table: %v", err)
+	}
+	return name
+}
+
+// NewTableKeyedBy creates a table named name whose only key is a hash key
+// attr of type S: another key schema than the store's, for the tests of
+// what a misconfigured table does.
+func NewTableKeyedBy(t TB, client *dynamodb.Client, name, attr string) string {
+	t.Helper()
+	if _, err := client.CreateTable(context.Background(), &dynamodb.CreateTableInput{
+		TableName: &name, BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: &attr, AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: &attr, KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		t.Fatalf("create table %s: %v", name, err)
 	}
 	return name
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/internal/testing/faults"
+)
+
+// hang is a transport whose requests never get a reply: a DynamoDB that
+// does not answer.
+type hang struct{}
+
+func (hang) RoundTrip(req *http.Request) (*http.Response, error) {
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}
+
+// TestProbeTable: at init, a misconfigured table fails the init with one
+// line naming the table and DynamoDB's error code; an outage only warns.
+func TestProbeTable(t *testing.T) {
+	_, ep := ddblocal.Minidyn(t)
+	plain, _ := ddblocal.Client(ddblocal.Config(ep, nil))
+	table := ddblocal.NewTable(t, plain)
+	other := ddblocal.NewTableKeyedBy(t, plain, "keyed-by-id", "id")
+	faulty := func(k faults.Kind) http.RoundTripper {
+		return &faults.Transport{Decide: func(*http.Request) faults.Kind { return k }, Replies: ddblocal.Replies}
+	}
+	tests := []struct {
+		name      string
+		table     string
+		transport http.RoundTripper
+		fails     string // the init error's text; "" when the init goes on
+		warns     string // the warning's error code, when it goes on
+	}{
+		{name: "the table", table: table},
+		{name: "a misspelled table", table: "idem-tabel", fails: `config: IDEMPOTENCY_TABLE: dynamodb GetItem on table "idem-tabel": ResourceNotFoundException: the table does not exist`},
+		{name: "another key schema", table: other, fails: `config: IDEMPOTENCY_TABLE: dynamodb GetItem on table "keyed-by-id": ValidationException`},
+		{name: "a denied permission", table: table, transport: faulty(faults.AccessDenied), fails: `dynamodb GetItem on table "` + table + `": AccessDeniedException: access denied: the function's role needs dynamodb:GetItem`},
+		{name: "throttling", table: table, transport: faulty(faults.Throttle), warns: "ThrottlingException"},
+		{name: "a server error", table: table, transport: faulty(faults.ServerError), warns: "InternalServerError"},
+		{name: "no answer", table: table, transport: hang{}, warns: "timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := ddblocal.Config(ep, tt.transport)
+			cfg.RetryMaxAttempts = 1 // the SDK's retries would only make the outage cases slower
+			client, _ := ddblocal.Client(cfg)
+			store, err := ddbstore.New(client, tt.table, "fn")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			start := time.Now()
+			err = probeTable(context.Background(), store, slog.New(slog.NewJSONHandler(&logs, nil)), 200*time.Millisecond)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("the probe took %v; want it bounded by its timeout", took)
+			}
+			switch {
+			case tt.fails != "":
+				if err == nil || !strings.Contains(err.Error(), tt.fails) || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("got %v; want one line containing %q", err, tt.fails)
+				}
+			case err != nil:
+				t.Fatalf("got %v; want the init to go on", err)
+			case tt.warns == "":
+				if logs.Len() != 0 {
+					t.Errorf("logged %s; want nothing", logs.String())
+				}
+			default:
+				var l struct {
+					Level string
+					Store struct {
+						Table     string `json:"table"`
+						ErrorCode string `json:"error_code"`
+					} `json:"store"`
+				}
+				_ = json.Unmarshal(logs.Bytes(), &l)
+				// The SDK names the code; a request cut short by the probe's
+				// timeout is a timeout whatever came first.
+				if l.Level != "WARN" || l.Store.Table != tt.table || (l.Store.ErrorCode != tt.warns && l.Store.ErrorCode != "timeout") {
+					t.Errorf("logged %s; want a WARN naming the table and %s", logs.String(), tt.warns)
+				}
+			}
+		})
+	}
+}
