@@ -14,15 +14,17 @@ SAM_FUNCTIONS := ApiFunction QueueFunction
 # binary lands in bin/ (git-ignored) instead of /bootstrap.
 ARTIFACTS_DIR ?= $(CURDIR)/bin
 
-.PHONY: build-ApiFunction build-QueueFunction sam-check
+.PHONY: build-ApiFunction build-QueueFunction sam-check template-managed-instances
 
 ## build-ApiFunction, build-QueueFunction: the Lambda binary (linux/arm64, provided.al2023), as sam build calls it
 build-ApiFunction build-QueueFunction:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./cmd/handler
 
-## sam-check: sam validate --lint, sam build (no Docker), and an arm64 ELF bootstrap
-sam-check: $(VENV_SAM)/.installed
+## sam-check: sam validate --lint, sam build (no Docker), and an arm64 ELF bootstrap; the managed-instances variant validated too
+sam-check: $(VENV_SAM)/.installed template-managed-instances
 	$(SAM_ENV) $(SAM) validate --lint
+	$(SAM_ENV) $(SAM) validate --lint --template-file $(MI_TEMPLATE)
+	$(SAM_ENV) $(SAM) validate --template-file $(MI_TEMPLATE)
 	$(SAM_ENV) $(SAM) build --build-in-source
 	@for fn in $(SAM_FUNCTIONS); do \
 	bin=.aws-sam/build/$$fn/bootstrap; \
@@ -38,3 +40,13 @@ sam-check: $(VENV_SAM)/.installed
 	echo "sam-check: OK: $$bin is a linux/arm64 ELF ($$(wc -c <"$$bin") bytes)"; \
 	done; \
 	echo "sam-check: OK: template valid and linted"
+
+# The Lambda Managed Instances variant of template.yaml (optional; the
+# default deploy stays on Lambda's own fleet). tools/managed_instances.py
+# says what it changes; docs/deploy.md how to use it.
+MI_TEMPLATE := .aws-sam/managed-instances/template.yaml
+
+## template-managed-instances: write the Lambda Managed Instances variant of template.yaml to .aws-sam/managed-instances/
+template-managed-instances: $(VENV_SAM)/.installed
+	mkdir -p $(dir $(MI_TEMPLATE))
+	$(VENV_SAM)/bin/python tools/managed_instances.py template.yaml $(MI_TEMPLATE)

@@ -56,11 +56,30 @@ func main() {
 	starts := flag.Int("starts", 20, "cold starts")
 	profBoot := flag.String("profile-bootstrap", "", "bootstrap built with -tags benchprofile; profiles one more end-to-end run")
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
+	managedEvents := flag.Int("managed-events", 4000, "events per run of the managed-instances section")
+	managedRuns := flag.Int("managed-runs", 3, "runs per setting of the managed-instances section")
+	only := flag.String("only", "", `run only one section ("managed": 6, Lambda Managed Instances) and print it (and write its report to -out, if given)`)
 	capacityOnly := flag.Bool("capacity-only", false, "print section 0 (capacity per outcome) and exit")
 	baseline := flag.String("baseline", "", "another bootstrap (built from an earlier commit): run the interleaved A/B of sections 4 and 5 against it, write its section of -out, and exit")
 	baselineName := flag.String("baseline-name", "", "what -baseline was built from (a commit), for the report")
 	peerDir := flag.String("peer", "", "directory of the Powertools (TypeScript) peer function (tools/peer, npm ci done): run the peer comparison, write its section of -out, and exit")
 	flag.Parse()
+	if *only == "managed" {
+		f, err := managedInstances(context.Background(), *rieBin, *boot, *managedEvents, *managedRuns)
+		fail(err)
+		// The section's report goes to -out only when it is given: the
+		// default, BENCHMARKS.md, holds every section.
+		path := ""
+		flag.Visit(func(fl *flag.Flag) {
+			if fl.Name == "out" {
+				path = *out
+			}
+		})
+		fail(report(os.Stdout, path, f, "", "", extras{}))
+		return
+	} else if *only != "" {
+		fail(fmt.Errorf("-only %q: the one section that runs alone is managed", *only))
+	}
 	moto := os.Getenv(ddblocal.EnvMoto)
 	if moto == "" {
 		fail(errors.New(ddblocal.EnvMoto + " is not set: run `make bench`, which starts moto"))
@@ -93,6 +112,9 @@ func main() {
 	fail(err)
 	figs = append(figs, f...)
 	f, err = coldStart(ctx, moto, *rieBin, *boot, *starts)
+	fail(err)
+	figs = append(figs, f...)
+	f, err = managedInstances(ctx, *rieBin, *boot, *managedEvents, *managedRuns)
 	fail(err)
 	figs = append(figs, f...)
 	var x extras
@@ -746,8 +768,10 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	fmt.Fprintf(&md, "- Measured: %s\n- Machine: %s, %d cores (%s), %s/%s, %s\n", time.Now().UTC().Format(time.RFC3339), cpu, runtime.NumCPU(), host, runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(&md, "- The machine is shared and noisy: every figure is a median of several runs, with min and max. No figure is a test assertion.\n")
 	fmt.Fprintf(&md, "- Load average (1 min) when the run started and ended: %s and %s, on %d cores: above the core count, every wall-clock figure (sections 2, 3, 5) is inflated, and CPU figures less so.\n\n", startLoad, loadAverage(), runtime.NumCPU())
-	fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
-	fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
+	if x.capacity != "" { // not measured by -only
+		fmt.Fprintf(&md, "## 0. Capacity per outcome (what DynamoDB would charge)\n\n%s\n\n%s\n", capacityNotes, x.capacity)
+		fmt.Fprint(stdout, "0. Capacity per outcome\n", x.capacity, "\n")
+	}
 	fmt.Fprintf(&md, "## Figures\n\n| section | figure | measured | target | verdict |\n|---|---|---|---|---|\n")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tmeasured\ttarget\tverdict")
@@ -791,6 +815,9 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	}
 	if b, err := os.ReadFile(profile); err == nil && len(b) > 0 {
 		fmt.Fprintf(&md, "\n### Where the engine's time goes (`go test -bench BenchmarkEngineFresh -cpuprofile`, `go tool pprof -top`)\n\n```\n%s```\n", b)
+	}
+	if path == "" {
+		return nil
 	}
 	// The opt-in comparisons keep their sections across a plain run.
 	old, _ := os.ReadFile(path)

@@ -3,6 +3,41 @@
 // as the queue function and the API function, each with its own settings.
 // It only wires the pieces: configuration, the DynamoDB store, the engine,
 // the action, lambda.Start.
+//
+// # Many invocations in one process
+//
+// Under Lambda Managed Instances, Lambda sets AWS_LAMBDA_MAX_CONCURRENCY and
+// aws-lambda-go runs that many invoke loops in goroutines of this one
+// process, each serving one invocation at a time. Everything wire builds is
+// then shared by every invocation in flight, and is safe for it: the
+// configuration and the adapters' options (read-only after init); the
+// logger (slog's JSON handler writes each line with one Write, under its
+// lock, to stdout); the AWS SDK clients and their connection pools; the
+// DynamoDB store (no state of its own); the engine (one atomic counter);
+// the signing keys (secretsource.Source: reads may overlap, the newest
+// read's keys win, a failed or panicking refresh leaves the last good keys,
+// and each problem it counts is taken by one invocation's metrics);
+// the notifier and its HTTP client; the router (its metrics writer gets one
+// Write per EMF document, which an *os.File keeps whole; FirstInvoke runs
+// once, the first invocations waiting for it).
+//
+// Nothing about one invocation is kept where another can see it: its
+// deadline, request id and trace id travel in its context (aws-lambda-go
+// sets _X_AMZN_TRACE_ID only when one loop runs), and its in-batch
+// coalescing, metric counts and outcomes live in the call. Each record's
+// and request's log line carries its invocation's request id (added from
+// the context by the Lambda log handler).
+//
+// What this process cannot survive, it ends for every invocation in it: a
+// panic is recovered where oncely's code runs (per record in sqsbatch, per
+// invocation in the router; the action's by the engine), but not on a
+// goroutine a library started, where Go cannot recover it; and an answer
+// after an invocation's deadline is refused by the Runtime API, which
+// aws-lambda-go treats as fatal (checked under the emulator). The time
+// budget (idem.Budget) keeps every answer before the deadline: Lambda does
+// not stop an invocation at its timeout there. internal/e2e's
+// TestE2EManagedInstances checks all of this under the emulator's
+// managed-instances mode, with the race detector.
 package main
 
 import (
@@ -40,6 +75,11 @@ import (
 // initSecretTimeout bounds each secret's first read at init.
 const initSecretTimeout = 5 * time.Second
 
+// wrapStore, when a build-tagged file sets it (faults.go, for the
+// end-to-end tests only), wraps the engine's store. The deployed bootstrap
+// never sets it.
+var wrapStore func(*ddbstore.Store) idem.Store
+
 func main() {
 	tuneRuntime(config.RuntimeSettings(os.Getenv))
 	r, err := wire(context.Background())
@@ -48,6 +88,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// One line per process: what it serves at once and what it runs with
+	// (under Managed Instances a process lives long and serves many
+	// invocations at once; this says how it was sized).
+	slog.Info("runtime settings", "max_concurrency", lambdacontext.MaxConcurrency(),
+		"gomaxprocs", runtime.GOMAXPROCS(0), "gomemlimit_bytes", debug.SetMemoryLimit(-1))
 	lambda.Start(r.Invoke)
 }
 
@@ -105,8 +150,12 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	var engineStore idem.Store = store
+	if wrapStore != nil {
+		engineStore = wrapStore(store)
+	}
 	budget := idem.Budget{}
-	engine, err := idem.New(idem.Options{Store: store, Retry: cfg.Retry, Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
+	engine, err := idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -383,6 +383,16 @@ func (p *parser) statuses(name string) map[int]bool {
 // one P and a lazier collector to cut CPU per event by about a quarter
 // (BENCHMARKS.md). The operator's own GOMAXPROCS, GOGC or GOMEMLIMIT always
 // wins.
+//
+// Under Lambda Managed Instances (AWS_LAMBDA_MAX_CONCURRENCY above 1) one
+// process serves that many invocations at once, on the vCPUs of its
+// execution environment: GOMAXPROCS is left to Go, which sizes it to the
+// CPUs the process may use (its cgroup's limit, since Go 1.25), because one
+// P would make every concurrent invocation share one core (`make bench`'s
+// section 6 measures both at 8 concurrent invocations). GOMEMLIMIT stays at
+// a share of AWS_LAMBDA_FUNCTION_MEMORY_SIZE, which there is the memory of
+// the whole execution environment, shared by its concurrent invocations:
+// one Go heap holds them all.
 type Runtime struct {
 	MaxProcs    int   // runtime.GOMAXPROCS; 0 leaves it
 	GCPercent   int   // debug.SetGCPercent; 0 leaves it
@@ -391,6 +401,8 @@ type Runtime struct {
 
 // Runtime defaults, applied only when the Go variable is unset.
 const (
+	// DefaultMaxProcs applies when the process serves one invocation at a
+	// time (AWS_LAMBDA_MAX_CONCURRENCY unset or 1).
 	DefaultMaxProcs  = 1
 	DefaultGCPercent = 200
 	// MemoryLimitShare is the share of the function's memory
@@ -398,14 +410,24 @@ const (
 	// collector still works hard before Lambda's limit is reached.
 	MemoryLimitShare = 0.9
 	EnvMemorySize    = "AWS_LAMBDA_FUNCTION_MEMORY_SIZE" // set by Lambda, in MB
+	// EnvLambdaMaxConcurrency is set by Lambda Managed Instances: the
+	// invocations one process serves at once (aws-lambda-go runs that many
+	// invoke loops).
+	EnvLambdaMaxConcurrency = "AWS_LAMBDA_MAX_CONCURRENCY"
 )
 
 // RuntimeSettings returns the runtime settings to apply for this
 // environment. A malformed AWS_LAMBDA_FUNCTION_MEMORY_SIZE sets no limit
-// rather than failing: it is Lambda's variable, not the operator's.
+// rather than failing: it is Lambda's variable, not the operator's; a
+// malformed AWS_LAMBDA_MAX_CONCURRENCY counts as 1, as aws-lambda-go reads
+// it.
 func RuntimeSettings(getenv func(string) string) Runtime {
 	var r Runtime
-	if getenv("GOMAXPROCS") == "" {
+	concurrent := false
+	if n, err := strconv.Atoi(getenv(EnvLambdaMaxConcurrency)); err == nil && n > 1 {
+		concurrent = true
+	}
+	if getenv("GOMAXPROCS") == "" && !concurrent {
 		r.MaxProcs = DefaultMaxProcs
 	}
 	if getenv("GOGC") == "" {

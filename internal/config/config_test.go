@@ -186,6 +186,14 @@ func TestRuntimeSettings(t *testing.T) {
 			Runtime{MaxProcs: 1, GCPercent: 200}},
 		{"malformed memory size sets no limit", map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"},
 			Runtime{MaxProcs: 1, GCPercent: 200}},
+		{"managed instances: GOMAXPROCS left to Go, the environment's memory limit", map[string]string{"AWS_LAMBDA_MAX_CONCURRENCY": "8", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "4096"},
+			Runtime{GCPercent: 200, MemoryLimit: 3865470566}},
+		{"managed instances with one invocation at a time: one P", map[string]string{"AWS_LAMBDA_MAX_CONCURRENCY": "1"},
+			Runtime{MaxProcs: 1, GCPercent: 200}},
+		{"malformed max concurrency counts as 1", map[string]string{"AWS_LAMBDA_MAX_CONCURRENCY": "many"},
+			Runtime{MaxProcs: 1, GCPercent: 200}},
+		{"managed instances: the operator's GOMAXPROCS still wins", map[string]string{"AWS_LAMBDA_MAX_CONCURRENCY": "64", "GOMAXPROCS": "1"},
+			Runtime{GCPercent: 200}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -192,7 +192,7 @@ func (a *Admin) Check(ctx context.Context) (TableInfo, error) {
 	}
 	want := fmt.Sprintf("%s HASH (S)", AttrPK)
 	if !ok {
-		return TableInfo{}, idem.Permanent(fmt.Errorf("dynamodb table %q is %w: its key is %s, want %s; check --table, %s or --stack",
+		return TableInfo{}, idem.Permanent(fmt.Errorf("dynamodb table %q is %w: its key is %s, want %s; check --table or %s",
 			a.table, ErrWrongTable, strings.Join(schema, ", "), want, "IDEMPOTENCY_TABLE"))
 	}
 	info := TableInfo{ItemCount: aws.ToInt64(t.ItemCount), SizeBytes: aws.ToInt64(t.TableSizeBytes)}
@@ -300,7 +300,7 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if len(f.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a note holds at most %d", len(f.Audit), idem.MaxAudit))
 	}
-	if prev.Forgettable(f.Now) != nil {
+	if prev.Forgettable(f.Now, f.RerunSucceeded) != nil {
 		rec, err := a.current(ctx, prev.Key, f.Now)
 		return rec, false, err
 	}

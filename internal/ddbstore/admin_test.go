@@ -244,6 +244,14 @@ func TestList(t *testing.T) {
 					[]string{"evt:ok-0:notify", "evt:ok-1:notify", "evt:ok-2:notify", "evt:ok-3:notify"}, false, "scan"},
 				{"poison by scan", ddbstore.Query{Poison: true, Scan: true}, []string{"msg-0", "msg-1", "msg-2"}, false, "scan"},
 				{"every status (scan)", ddbstore.Query{Since: base.Add(8 * time.Minute)}, []string{"evt:order-8:refund", "evt:same-ms-a:refund", "evt:same-ms-b:refund"}, false, "scan"},
+				// Keep selects in the caller's terms; pages still fill to the
+				// limit, and the cursor resumes after the last record kept.
+				{"kept, pages of 2", ddbstore.Query{Status: idem.StatusFailed, Limit: 2, Keep: notTransient}, notTransientOf(failedAll), true, "query"},
+				{"kept by scan, pages of 1", ddbstore.Query{Status: idem.StatusFailed, Scan: true, Limit: 1, Keep: notTransient}, notTransientOf(failedAll), false, "scan"},
+				{"none kept", ddbstore.Query{Status: idem.StatusInProgress, Keep: func(idem.Record) bool { return false }}, nil, false, "scan"},
+				// Records and poison notes from one read of the table.
+				{"with poison (one scan)", ddbstore.Query{WithPoison: true, Limit: 4},
+					slices.Concat(failedAll, []string{"evt:ok-0:notify", "evt:ok-1:notify", "evt:ok-2:notify", "evt:ok-3:notify", "evt:stuck-1:notify", "msg-0", "msg-1", "msg-2"}), false, "scan"},
 			}
 			for _, tt := range tests {
 				t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
@@ -276,6 +284,59 @@ func TestList(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// notTransient keeps the failures that are not TRANSIENT_FAILURE.
+func notTransient(rec idem.Record) bool { return rec.ErrorCode != idem.CodeTransientFailure }
+
+// notTransientOf are the keys of TestList's failures notTransient keeps
+// (every third order is transient).
+func notTransientOf(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if !slices.Contains([]string{"evt:order-2:refund", "evt:order-5:refund", "evt:order-8:refund"}, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestHasIndexEntries tells a namespace with failures or poison notes from
+// one with none (a mistyped one), reading one item per shard at most.
+func TestHasIndexEntries(t *testing.T) {
+	e := motoEnv(t)
+	ctx := context.Background()
+	newAdmin := func(ns string) *ddbstore.Admin {
+		a, err := ddbstore.NewAdmin(e.client, e.table, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	at := time.UnixMilli(time.Now().UnixMilli())
+	failures, notes, nothing := newAdmin("fn-failures"), newAdmin("fn-notes"), newAdmin("fn-nothing")
+	seed(t, failures, "evt:hie-1:refund", idem.StatusFailed, "HTTP_422", at)
+	if err := notes.RecordPoison(ctx, idem.Poison{ID: "m-hie", Reason: idem.CodeNotJSON, At: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, nothing, "evt:hie-2:notify", idem.StatusSucceeded, "", at) // successes are not indexed
+	for _, tt := range []struct {
+		name  string
+		admin *ddbstore.Admin
+		want  bool
+	}{{"failures", failures, true}, {"poison notes", notes, true}, {"successes only", nothing, false}, {"unknown", newAdmin("fn-typo"), false}} {
+		e.counter.Reset()
+		got, cost, err := tt.admin.HasIndexEntries(ctx)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: HasIndexEntries = %v, %v; want %v", tt.name, got, err, tt.want)
+		}
+		if calls := e.counter.Counts()["Query"]; calls != cost.Calls || calls > 2*ddbstore.TriageShards || e.counter.Total() != calls || cost.ItemsRead > 1 {
+			t.Errorf("%s: %d queries of %d calls (cost %+v); want at most %d queries reading at most 1 item, nothing else", tt.name, calls, e.counter.Total(), cost, 2*ddbstore.TriageShards)
+		}
 	}
 }
 

@@ -55,6 +55,7 @@ const (
 	AttrBodySHA256  = "body_sha256"
 	AttrDetail      = "detail"
 	AttrBodySize    = "body_size"
+	AttrPoisonKey   = "event_key" // poison notes, when the message gave a key; absent in older notes
 	TTLAttribute    = AttrExpiresAt
 	StatusPoison    = "POISON"
 	encodingGzip    = "gzip"
@@ -374,29 +375,30 @@ func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record
 func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
 
 // RecordPoison implements idem.PoisonRecorder: a note under
-// "<namespace>#poison#<id>" with the reason, a bounded description and the
-// body's SHA-256 and size, never the body. Its size is bounded whatever the
+// "<namespace>#poison#<id>" with the reason, the key if the message gave
+// one, a bounded description and the body's SHA-256 and size, never the body. Its size is bounded whatever the
 // message held: the id is SQS's (at most 100 characters), the description
 // at most idem.MaxPoisonDetail bytes. Writing the same note twice is
 // harmless, so the put is plain. The note is in the triage index.
 func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
 	triage, triageSK := s.triageKey(triagePoison, p.ID, p.At)
-	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &s.table,
-		Item: map[string]types.AttributeValue{
-			AttrPK:         str(s.poisonPK(p.ID)),
-			AttrStatus:     str(StatusPoison),
-			AttrReason:     str(string(p.Reason)),
-			AttrDetail:     str(p.Detail),
-			AttrBodySHA256: str(p.BodySHA256),
-			AttrBodySize:   n(int64(p.BodySize)),
-			AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
-			AttrCreatedAt:  ms(p.At),
-			AttrUpdatedAt:  ms(p.At),
-			AttrTriage:     triage,
-			AttrTriageSK:   triageSK,
-		},
-	})
+	item := map[string]types.AttributeValue{
+		AttrPK:         str(s.poisonPK(p.ID)),
+		AttrStatus:     str(StatusPoison),
+		AttrReason:     str(string(p.Reason)),
+		AttrDetail:     str(p.Detail),
+		AttrBodySHA256: str(p.BodySHA256),
+		AttrBodySize:   n(int64(p.BodySize)),
+		AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
+		AttrCreatedAt:  ms(p.At),
+		AttrUpdatedAt:  ms(p.At),
+		AttrTriage:     triage,
+		AttrTriageSK:   triageSK,
+	}
+	if p.Key != "" {
+		item[AttrPoisonKey] = str(p.Key)
+	}
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: item})
 	if err != nil {
 		return s.classify("PutItem", err)
 	}
@@ -429,6 +431,7 @@ func decodePoison(item map[string]types.AttributeValue, namespace string) (idem.
 	pk := d.s(AttrPK)
 	p := idem.Poison{
 		ID:         strings.TrimPrefix(pk, namespace+"#poison#"),
+		Key:        d.s(AttrPoisonKey),
 		Reason:     idem.Code(d.s(AttrReason)),
 		Detail:     d.s(AttrDetail),
 		BodySHA256: d.s(AttrBodySHA256),

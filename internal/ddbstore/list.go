@@ -41,6 +41,16 @@ type Query struct {
 	Limit int
 	// Cursor continues a listing where the Page.Next of the same query left off.
 	Cursor string
+	// WithPoison, with Status empty and not Poison, also returns the poison
+	// notes the same Scan reads (in Page.Poison): one read of the table for
+	// both, where two listings would read it twice.
+	WithPoison bool
+	// Keep, if set, is asked about each record the server returns; a record
+	// it refuses is read (and paid for) but not returned, and does not count
+	// towards Limit. It selects what a filter expression cannot say in the
+	// caller's terms (oncelyctl's states: abandoned is IN_PROGRESS with its
+	// lease ended at the operator's clock).
+	Keep func(idem.Record) bool
 }
 
 // Indexed reports whether the query is served by the triage index (on a
@@ -151,8 +161,13 @@ func (a *Admin) filter(q Query, attrNames map[string]string, values map[string]t
 	case q.Status != "":
 		conds = append(conds, "#status = :status")
 		values[":status"] = str(string(q.Status))
+	case q.WithPoison:
+		conds = append(conds, "#status IN (:in_progress, :succeeded, :failed, :poison)")
+		values[":poison"] = str(StatusPoison)
 	default:
 		conds = append(conds, "#status IN (:in_progress, :succeeded, :failed)")
+	}
+	if !q.Poison && q.Status == "" {
 		values[":in_progress"] = str(string(idem.StatusInProgress))
 		values[":succeeded"] = str(string(idem.StatusSucceeded))
 		values[":failed"] = str(string(idem.StatusFailed))
@@ -169,15 +184,20 @@ func (a *Admin) filter(q Query, attrNames map[string]string, values map[string]t
 	return strings.Join(conds, " AND ")
 }
 
-func (a *Admin) decodeInto(p *Page, q Query, item map[string]types.AttributeValue) error {
-	if q.Poison {
+// decodeInto adds item to the page, unless q.Keep refuses it, and reports
+// whether it did.
+func (a *Admin) decodeInto(p *Page, q Query, item map[string]types.AttributeValue) (bool, error) {
+	if s, _ := item[AttrStatus].(*types.AttributeValueMemberS); q.Poison || q.WithPoison && s != nil && s.Value == StatusPoison {
 		note, err := decodePoison(item, a.namespace)
 		p.Poison = append(p.Poison, note)
-		return err
+		return true, err
 	}
 	rec, err := decode(item, a.namespace)
+	if err != nil || q.Keep != nil && !q.Keep(rec) {
+		return false, err
+	}
 	p.Records = append(p.Records, rec)
-	return err
+	return true, nil
 }
 
 // scan reads the table with a filter, page after page, until the page is
@@ -217,8 +237,12 @@ func (a *Admin) scan(ctx context.Context, q Query) (Page, error) {
 		}
 		p.Cost.count(out.ScannedCount, out.ConsumedCapacity)
 		for i, item := range out.Items {
-			if err := a.decodeInto(&p, q, item); err != nil {
+			kept, err := a.decodeInto(&p, q, item)
+			if err != nil {
 				return Page{}, err
+			}
+			if !kept {
+				continue
 			}
 			if p.Cost.ItemsReturned++; p.Cost.ItemsReturned == q.Limit {
 				// Full: continue after this item, unless it ended the table.
@@ -301,11 +325,14 @@ func (a *Admin) query(ctx context.Context, q Query) (Page, error) {
 			return p, nil // every shard is exhausted
 		}
 		item := best.pop()
-		last = item[AttrTriageSK].(*types.AttributeValueMemberS).Value
-		if err := a.decodeInto(&p, q, item); err != nil {
+		kept, err := a.decodeInto(&p, q, item)
+		if err != nil {
 			return Page{}, err
 		}
-		p.Cost.ItemsReturned++
+		if kept {
+			last = item[AttrTriageSK].(*types.AttributeValueMemberS).Value
+			p.Cost.ItemsReturned++
+		}
 	}
 	for _, s := range shards {
 		if ok, err := s.fill(ctx); err != nil {
@@ -366,4 +393,39 @@ func (s *shardReader) pop() map[string]types.AttributeValue {
 	item := s.items[0]
 	s.items = s.items[1:]
 	return item
+}
+
+// HasIndexEntries reports whether the triage index holds anything of the
+// namespace: a failure or a poison note, expired or not. It reads at most
+// one item of each shard of each kind (2 × TriageShards queries with a
+// Limit of 1), never the table: enough to tell a namespace the function
+// writes to from a mistyped one. On a table without the index it reports
+// false and reads nothing.
+func (a *Admin) HasIndexEntries(ctx context.Context) (bool, Cost, error) {
+	c := Cost{Method: "query"}
+	if !a.indexed {
+		return false, c, nil
+	}
+	for _, kind := range []triageKind{triageFailed, triagePoison} {
+		for shard := range TriageShards {
+			out, err := a.admin.Query(ctx, &dynamodb.QueryInput{
+				TableName:                 &a.table,
+				IndexName:                 aws.String(IndexTriage),
+				KeyConditionExpression:    aws.String("#triage = :triage"),
+				ExpressionAttributeNames:  map[string]string{"#triage": AttrTriage},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":triage": str(a.triagePK(kind, shard))},
+				Limit:                     aws.Int32(1),
+				ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+			})
+			if err != nil {
+				return false, c, a.classify("Query", err)
+			}
+			c.count(out.ScannedCount, out.ConsumedCapacity)
+			if len(out.Items) > 0 {
+				c.ItemsReturned++
+				return true, c, nil
+			}
+		}
+	}
+	return false, c, nil
 }

@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,19 +69,48 @@ func TestMain(m *testing.M) {
 
 // fn is one deployed-like function: its own table, downstream and emulator.
 type fn struct {
-	t      *testing.T
-	emu    *rie.Emulator
-	down   *fakewebhook.Server
-	table  string
-	client *dynamodb.Client
-	secret string // the signing secret's value, as receivers get it (whsec_…)
-	// secretARN is the signing secret; sm the Secrets Manager it is on.
+	t       *testing.T
+	emu     *rie.Emulator
+	down    *fakewebhook.Server
+	downURL string // where the function delivers
+	hookURL string // the downstream's base URL
+	name    string // AWS_LAMBDA_FUNCTION_NAME, the records' namespace
+	table   string
+	client  *dynamodb.Client
+	secret  string // the signing secret's value, as receivers get it (whsec_…)
+	// secretARN is the signing secret; sm the Secrets Manager it is on, at
+	// the endpoint secrets.
 	secretARN string
 	sm        *secretsmanager.Client
-	hookURL   string // the downstream's base URL
+	secrets   string
 }
 
 func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
+	t.Helper()
+	return startWith(t, fnOptions{timeout: timeoutSeconds, env: env})
+}
+
+// fnOptions start a function unlike the others.
+type fnOptions struct {
+	timeout int      // AWS_LAMBDA_FUNCTION_TIMEOUT, seconds
+	env     []string // added to the function's environment (later entries win)
+	// bootstrap is the binary to run; empty means the package's bootstrap.
+	bootstrap string
+	// store, if set, returns the DynamoDB endpoint the function uses,
+	// given moto's (a proxy in front of it); nil means moto itself.
+	store func(moto string) string
+	// secrets is the Secrets Manager endpoint; empty means moto's.
+	secrets string
+	// down, at downURL, is the downstream; nil means a new one.
+	down    *fakewebhook.Server
+	downURL string
+	// name is AWS_LAMBDA_FUNCTION_NAME (the namespace); empty means oncely-e2e.
+	name string
+}
+
+// requireE2E skips the test when the emulator or moto is missing (or
+// fails it, under envRequire).
+func requireE2E(t *testing.T) {
 	t.Helper()
 	if bootstrap == "" {
 		if os.Getenv(envRequire) != "" {
@@ -88,27 +118,45 @@ func start(t *testing.T, timeoutSeconds int, env ...string) *fn {
 		}
 		t.Skipf("set %s and %s (make test does) to run the end-to-end tests", envRIE, ddblocal.EnvMoto)
 	}
+}
+
+func startWith(t *testing.T, o fnOptions) *fn {
+	t.Helper()
+	requireE2E(t)
 	moto := os.Getenv(ddblocal.EnvMoto)
-	f := &fn{t: t, down: fakewebhook.New()}
+	f := &fn{t: t, down: o.down}
+	if f.down == nil {
+		f.down = fakewebhook.New()
+		hs := httptest.NewServer(f.down)
+		t.Cleanup(func() { f.down.Close(); hs.Close() })
+		f.hookURL = hs.URL
+		f.downURL = hs.URL + "/webhook"
+	} else {
+		f.downURL = o.downURL
+		f.hookURL = strings.TrimSuffix(o.downURL, "/webhook")
+	}
 	f.client, _ = ddblocal.Client(ddblocal.Config(moto, nil))
 	f.table = ddblocal.NewTable(t, f.client)
-	hs := httptest.NewServer(f.down)
-	f.hookURL = hs.URL
-	t.Cleanup(func() { f.down.Close(); hs.Close() })
 	// Every function signs its deliveries, as deployed: with a secret made
 	// the way the template makes it (32 characters, no punctuation).
 	value := webhooksender.Alphanumeric(32)
 	f.secret = "whsec_" + value
-	sm := secretsmanager.NewFromConfig(ddblocal.Config(moto, nil))
+	f.secrets = cmp.Or(o.secrets, moto)
+	sm := secretsmanager.NewFromConfig(ddblocal.Config(f.secrets, nil))
 	out, err := sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-" + webhooksender.Alphanumeric(8)), SecretString: &value})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.sm, f.secretARN = sm, *out.ARN
-	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
-		DynamoDB: moto, SQS: sqslocal.EndpointFromEnv(), Table: f.table, DownstreamURL: hs.URL + "/webhook", Name: "oncely-e2e",
-		TimeoutSeconds: timeoutSeconds, WebhookSecret: *out.ARN,
-		Extra: append([]string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, env...),
+	store, boot := moto, cmp.Or(o.bootstrap, bootstrap)
+	f.name = cmp.Or(o.name, "oncely-e2e")
+	if o.store != nil {
+		store = o.store(moto)
+	}
+	f.emu, err = rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: boot, Env: rie.Local{
+		DynamoDB: store, SQS: sqslocal.EndpointFromEnv(), SecretsManager: f.secrets, Table: f.table, DownstreamURL: f.downURL, Name: f.name,
+		TimeoutSeconds: o.timeout, WebhookSecret: *out.ARN,
+		Extra: append([]string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"}, o.env...),
 	}.Env()})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +212,7 @@ func (f *fn) record(key string) map[string]types.AttributeValue {
 	f.t.Helper()
 	out, err := f.client.GetItem(context.Background(), &dynamodb.GetItemInput{
 		TableName: &f.table, ConsistentRead: new(true),
-		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "oncely-e2e#" + key}},
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: f.name + "#" + key}},
 	})
 	if err != nil {
 		f.t.Fatal(err)

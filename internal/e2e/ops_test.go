@@ -16,13 +16,16 @@ import (
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
-// oncelyctl is the operator's tool, built from cmd/oncelyctl by TestMain.
-var oncelyctl string
+// oncelyctl is the operator's tool and devstack the local stack, built
+// from cmd/ by TestMain into one directory (the stack's -bin).
+var oncelyctl, devstack string
 
 func buildOncelyctl(dir string) error {
-	oncelyctl = filepath.Join(dir, "oncelyctl")
-	if out, err := exec.Command("go", "build", "-o", oncelyctl, "github.com/oncely/oncely/cmd/oncelyctl").CombinedOutput(); err != nil {
-		return fmt.Errorf("build oncelyctl: %w\n%s", err, out)
+	oncelyctl, devstack = filepath.Join(dir, "oncelyctl"), filepath.Join(dir, "devstack")
+	for _, b := range []struct{ out, pkg string }{{oncelyctl, "cmd/oncelyctl"}, {devstack, "cmd/devstack"}} {
+		if out, err := exec.Command("go", "build", "-o", b.out, "github.com/oncely/oncely/"+b.pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", b.pkg, err, out)
+		}
 	}
 	return nil
 }
@@ -69,8 +72,8 @@ func TestE2EOperatorReleasesPermanentFailures(t *testing.T) {
 	}
 
 	out, errOut, code := f.ctl("", "get", "--id", "order-1", "--action", "refund")
-	if code != 0 || !strings.Contains(out, "FAILED, permanent") || !strings.Contains(out, "HTTP_422") {
-		t.Fatalf("get: exit %d, output:\n%s%s\nwant FAILED, permanent, HTTP_422", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "permanent (FAILED for good)") || !strings.Contains(out, "HTTP_422") {
+		t.Fatalf("get: exit %d, output:\n%s%s\nwant permanent (FAILED for good), HTTP_422", code, out, errOut)
 	}
 	listing, errOut, code := f.ctl("", "list", "--code", "HTTP_422", "--json")
 	if code != 0 {
@@ -89,8 +92,8 @@ func TestE2EOperatorReleasesPermanentFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code = f.ctl(listing, "release", "--stdin", "--reason", "refund bug fixed (INC-7)")
-	if code != 0 || strings.Count(out, "released") != 2 {
-		t.Fatalf("release: exit %d, output:\n%s%s\nwant 2 released", code, out, errOut)
+	if code != 0 || strings.Count(out, "released  ") != 2 || !strings.Contains(out, "re-send: 2 released records were permanent failures of SQS events") {
+		t.Fatalf("release: exit %d, output:\n%s%s\nwant 2 released, and the reminder that their messages must be sent again", code, out, errOut)
 	}
 	if !strings.Contains(errOut, "by=arn:aws:sts::123456789012:user/moto") {
 		t.Errorf("release log lacks the STS caller identity:\n%s", errOut)
@@ -159,8 +162,10 @@ func TestE2EReleaseAgainstALiveOwnerIsRefused(t *testing.T) {
 }
 
 // TestE2EForgetLetsACorrectedEventRun: an event re-sent with the same id
-// and a corrected payload is refused (KEY_REUSED, a poison note) until the
-// operator forgets the old record.
+// and a corrected payload is refused (KEY_REUSED, a poison note naming the
+// key) until the operator forgets the old record. The old event succeeded,
+// so forgetting it runs the action again: that takes --rerun-succeeded, and
+// without it nothing is deleted and nothing runs twice.
 func TestE2EForgetLetsACorrectedEventRun(t *testing.T) {
 	f := start(t, 10)
 	first := sqsBatch(t, [2]string{"m1", `{"id":"order-9","action":"refund","amount":100}`})
@@ -171,9 +176,9 @@ func TestE2EForgetLetsACorrectedEventRun(t *testing.T) {
 	if ids := f.sqs(corrected); len(ids) != 0 {
 		t.Fatal(ids)
 	}
-	out, _, code := f.ctl("", "list", "--poison", "--reason", "KEY_REUSED")
-	if code != 0 || !strings.Contains(out, "m2") {
-		t.Fatalf("list --poison: exit %d\n%s\nwant the corrected message's note", code, out)
+	out, _, code := f.ctl("", "list", "--poison", "--reason", "key_reused")
+	if code != 0 || !strings.Contains(out, "m2") || !strings.Contains(out, "evt:order-9:refund") {
+		t.Fatalf("list --poison: exit %d\n%s\nwant the corrected message's note, naming its key", code, out)
 	}
 	body := filepath.Join(t.TempDir(), "corrected.json")
 	if err := os.WriteFile(body, []byte(`{"id":"order-9","action":"refund","amount":10}`), 0o644); err != nil {
@@ -182,8 +187,17 @@ func TestE2EForgetLetsACorrectedEventRun(t *testing.T) {
 	if out, _, _ := f.ctl("", "get", "--body", body); !strings.Contains(out, "DIFFERS from the stored fingerprint") {
 		t.Errorf("get --body of the corrected event:\n%s\nwant it to say the payload differs", out)
 	}
-	if out, errOut, code := f.ctl("", "forget", "--id", "order-9", "--action", "refund", "--reason", "amount corrected"); code != 0 {
-		t.Fatalf("forget: exit %d\n%s%s", code, out, errOut)
+	// Without the flag: refused, and the event is not run again.
+	if out, errOut, code := f.ctl("", "forget", "--id", "order-9", "--action", "refund", "--reason", "amount corrected"); code != opsctl.ExitRefused ||
+		!strings.Contains(out, "--rerun-succeeded") {
+		t.Fatalf("forget of the SUCCEEDED record without --rerun-succeeded: exit %d\n%s%s\nwant refused (3), naming the flag", code, out, errOut)
+	}
+	if ids := f.sqs(corrected); len(ids) != 0 || f.down.Count("evt:order-9:refund") != 1 {
+		t.Fatalf("after the refused forget: failures %v, %d deliveries; want none, still 1", ids, f.down.Count("evt:order-9:refund"))
+	}
+	if out, errOut, code := f.ctl("", "forget", "--id", "order-9", "--action", "refund", "--rerun-succeeded", "--reason", "amount corrected"); code != 0 ||
+		!strings.Contains(out, "runs the action AGAIN") {
+		t.Fatalf("forget --rerun-succeeded: exit %d\n%s%s\nwant forgotten, saying the action runs again", code, out, errOut)
 	}
 	if ids := f.sqs(corrected); len(ids) != 0 {
 		t.Fatal(ids)

@@ -75,7 +75,8 @@ type metadata struct {
 	CloudWatchMetrics []directive `json:"CloudWatchMetrics"`
 }
 
-// Write writes d as one EMF line.
+// Write writes d as one EMF line, with one w.Write call: a writer shared
+// by concurrent invocations (stdout) keeps each line whole.
 func Write(w io.Writer, d Document) error {
 	doc := map[string]any{}
 	for _, name := range Dimensions {

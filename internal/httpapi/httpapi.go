@@ -66,7 +66,8 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
-// Handler serves API Gateway v2 requests.
+// Handler serves API Gateway v2 requests. It is safe for concurrent use:
+// its options are read-only once New returns.
 type Handler struct{ o Options }
 
 // New returns a Handler, or an error naming the missing option.
@@ -103,7 +104,10 @@ type Result struct {
 	Webhook WebhookOutcome
 }
 
-// Handle serves one request.
+// Handle serves one request. Its log line names the API Gateway request
+// as apiRequestId: requestId is the Lambda invocation's, which the Lambda
+// log handler adds from ctx (under Lambda Managed Instances the lines of
+// concurrent invocations interleave, and that id is what tells them apart).
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
 	if h.o.Webhooks != nil {
 		if source, method, ok := webhookRoute(req); ok {
@@ -112,7 +116,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	start := h.o.Now()
 	resp, res := h.handle(ctx, req)
-	h.o.Logger.InfoContext(ctx, "request", "requestId", req.RequestContext.RequestID, "key", res.Key, "outcome", string(res.Label),
+	h.o.Logger.InfoContext(ctx, "request", "apiRequestId", req.RequestContext.RequestID, "key", res.Key, "outcome", string(res.Label),
 		"code", string(res.Code), "status", resp.StatusCode, "attempts", res.Attempts, "error", res.Error,
 		"duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
 	return resp, res
@@ -365,7 +369,17 @@ func NormalizePrincipal(arn string) string {
 // keys may not.
 func ScopedKey(scope, clientKey string) string {
 	sum := sha256.Sum256([]byte(scope))
-	return "api:" + hex.EncodeToString(sum[:8]) + ":" + clientKey
+	return scopedKeyPrefix + hex.EncodeToString(sum[:8]) + ":" + clientKey
+}
+
+// scopedKeyPrefix begins every key ScopedKey makes.
+const scopedKeyPrefix = "api:"
+
+// IsScopedKey reports whether key has the form ScopedKey gives: an API
+// request's key (its caller retries it), not an SQS event's (its message
+// is gone once acknowledged).
+func IsScopedKey(key string) bool {
+	return strings.HasPrefix(key, scopedKeyPrefix)
 }
 
 // clientKey reads and validates the Idempotency-Key header. The draft

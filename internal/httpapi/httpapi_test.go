@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/httpapi"
@@ -220,6 +221,56 @@ func TestScope(t *testing.T) {
 		if ok != (tt.want != "") || got != tt.want {
 			t.Errorf("%s: Scope = %q, %v; want %q", tt.name, got, ok, tt.want)
 		}
+	}
+}
+
+// lambdaIDHandler adds the invocation's request id from ctx, as
+// aws-lambda-go's lambdacontext.NewLogHandler does (it writes to stdout,
+// which a test cannot read).
+type lambdaIDHandler struct{ slog.Handler }
+
+func (h lambdaIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if lc, ok := lambdacontext.FromContext(ctx); ok {
+		r.AddAttrs(slog.String("requestId", lc.AwsRequestID))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// The request's log line carries one requestId, the Lambda invocation's:
+// the API Gateway request id has a name of its own. Two requestId members
+// in one JSON line leave a reader to guess, and under Lambda Managed
+// Instances that id is what tells interleaved invocations apart.
+func TestTheLogLineHasOneRequestIdTheInvocations(t *testing.T) {
+	var buf strings.Builder
+	engine, err := idem.New(idem.Options{Store: memstore.New(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.New(httpapi.Options{Engine: engine, Logger: slog.New(lambdaIDHandler{slog.NewJSONHandler(&buf, nil)}),
+		Action: func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "lambda-req-1"})
+	h.Handle(ctx, request(func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.RequestID = "apigw-req-1" }))
+	line := strings.TrimSpace(buf.String())
+	if n := strings.Count(line, `"requestId":`); n != 1 {
+		t.Fatalf("the log line has %d requestId members; want 1:\n%s", n, line)
+	}
+	var got struct{ RequestID, APIRequestID string }
+	if err := json.Unmarshal([]byte(line), &got); err != nil || got.RequestID != "lambda-req-1" || got.APIRequestID != "apigw-req-1" {
+		t.Errorf("requestId %q, apiRequestId %q (%v); want the invocation's and the API's:\n%s", got.RequestID, got.APIRequestID, err, line)
+	}
+}
+
+// TestIsScopedKey: operators tell an API request's key from an event's by
+// the form ScopedKey gives (oncelyctl's re-send reminder depends on it).
+func TestIsScopedKey(t *testing.T) {
+	if k := httpapi.ScopedKey("jwt:user-1", "order-7f3a9c21"); !httpapi.IsScopedKey(k) {
+		t.Errorf("IsScopedKey(%q) = false, want true", k)
+	}
+	if k := "evt:order-1:notify"; httpapi.IsScopedKey(k) {
+		t.Errorf("IsScopedKey(%q) = true, want false", k)
 	}
 }
 

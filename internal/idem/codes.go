@@ -116,6 +116,26 @@ const (
 	CodeInboundUnavailable Code = "INBOUND_UNAVAILABLE"
 )
 
+// Codes lists every code above, engine and adapter codes alike, in the
+// order they are declared: the vocabulary operators filter by (oncelyctl
+// list --code). A test checks that it names every constant.
+var Codes = []Code{
+	CodeInvalidKey, CodeInvalidPayload, CodeKeyReused, CodeInProgress, CodePermanentFailure, CodeRetryExhausted,
+	CodeTransientFailure, CodeLeaseLost, CodePanic, CodeResultTooLarge, CodeStoreUnavailable, CodeStoreMisconfigured,
+	CodeDeadline, CodeEffectConditionFailed, CodeInvalidEffects, CodeReleased, CodeOutcomeUnknown,
+	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeFIFOGroupStopped, CodeCorruptRecord,
+	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeNoIdentity,
+	CodeUnknownSource, CodeSignatureMissing, CodeSignatureMalformed, CodeSignatureMismatch, CodeTimestampOutsideTolerance,
+	CodeInboundUnavailable,
+}
+
+// PoisonReasons are the codes a poison note may carry: why a message could
+// not be processed as an event. The SQS adapter stores no other (its fuzz
+// test checks every note it writes against this list).
+var PoisonReasons = []Code{
+	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeInvalidKey, CodeInvalidPayload, CodeKeyReused,
+}
+
 // Error is the error every [Engine.Do] failure is. It says what happened in
 // terms an adapter can act on without reading messages.
 type Error struct {

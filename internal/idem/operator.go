@@ -19,19 +19,32 @@ var (
 	// an owner may still be running the action.
 	ErrLeaseLive = errors.New("the record is IN_PROGRESS under a live lease")
 	// ErrNotReleasable: the record is SUCCEEDED; releasing it would run a
-	// completed action again (forget it instead, if that is really wanted).
+	// completed action again. Only a forget with Forget.RerunSucceeded
+	// does that, as the operator's named choice.
 	ErrNotReleasable = errors.New("the record is SUCCEEDED")
+	// ErrAlreadyReleased: the record is released already (FAILED, code
+	// RELEASED) and waits for its next delivery; releasing it again would
+	// change nothing but its token and message.
+	ErrAlreadyReleased = errors.New("the record is released already")
+	// ErrRerunsSuccess: the record is SUCCEEDED, so forgetting it lets its
+	// next delivery run a completed action a second time: a duplicate side
+	// effect. Forget.RerunSucceeded is the operator's consent to that.
+	ErrRerunsSuccess = errors.New("the record is SUCCEEDED: forgetting it lets its next delivery run the action again")
 )
 
 // Releasable reports whether an operator may release r at now, or why not
-// (an error matching ErrNotReleasable or ErrLeaseLive). A FAILED record may
-// always be released (permanent, exhausted, or retryable with its attempts
-// reset); an IN_PROGRESS one once its lease has ended, or with force while
-// it is live (the owner, if still running, is then fenced off, and its
-// side effect may happen twice). A SUCCEEDED record never.
+// (an error matching ErrNotReleasable, ErrAlreadyReleased or ErrLeaseLive).
+// A FAILED record may be released (permanent, exhausted, or retryable with
+// its attempts reset) unless it is released already, so that a release is
+// idempotent; an IN_PROGRESS one once its lease has ended, or with force
+// while it is live (the owner, if still running, is then fenced off, and
+// its side effect may happen twice). A SUCCEEDED record never.
 func (r Record) Releasable(now time.Time, force bool) error {
 	switch r.Status {
 	case StatusFailed:
+		if r.ErrorCode == CodeReleased {
+			return ErrAlreadyReleased
+		}
 		return nil
 	case StatusInProgress:
 		if force || r.Claimable(now) {
@@ -47,10 +60,16 @@ func (r Record) Releasable(now time.Time, force bool) error {
 // Forgettable reports whether an operator may delete r at now: any record
 // but an IN_PROGRESS one under a live lease (an error matching
 // ErrLeaseLive), whose owner would then complete into nothing while a
-// duplicate reserved the key afresh.
-func (r Record) Forgettable(now time.Time) error {
-	if r.Status == StatusInProgress && !r.Claimable(now) {
+// duplicate reserved the key afresh, and but a SUCCEEDED one unless
+// rerunSucceeded (an error matching ErrRerunsSuccess): the next delivery of
+// a forgotten event runs its action, so forgetting a success repeats its
+// side effect, which only the operator's named choice may do.
+func (r Record) Forgettable(now time.Time, rerunSucceeded bool) error {
+	switch {
+	case r.Status == StatusInProgress && !r.Claimable(now):
 		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
+	case r.Status == StatusSucceeded && !rerunSucceeded:
+		return ErrRerunsSuccess
 	}
 	return nil
 }
@@ -107,6 +126,9 @@ type Forget struct {
 	Token string    // names this forget, so that a re-send of it can find it (see Operator); empty: no re-send is recognised
 	Now   time.Time // the operator's clock, which judges the lease and expiry
 	Audit string    // who and why; a store may keep it in a note once the record is gone
+	// RerunSucceeded consents to forgetting a SUCCEEDED record, whose
+	// next delivery then runs the action again (see Forgettable).
+	RerunSucceeded bool
 }
 
 // Operator is the part of a store that operators use to repair records

@@ -18,7 +18,7 @@ func TestReleasableAndForgettable(t *testing.T) {
 		rec           idem.Record
 		force         bool
 		releaseErr    error // nil: releasable
-		forgettable   bool
+		forgettable   bool  // without consent to re-run a success
 		wantSubstring string
 	}{
 		{"permanent failure", idem.Record{Status: idem.StatusFailed, ErrorCode: "HTTP_422"}, false, nil, true, ""},
@@ -28,8 +28,10 @@ func TestReleasableAndForgettable(t *testing.T) {
 		{"lease ends exactly now", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now}, false, nil, true, ""},
 		{"live lease", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(1500 * time.Millisecond)}, false, idem.ErrLeaseLive, false, "1.5s left"},
 		{"live lease forced", idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(time.Second)}, true, nil, false, ""},
-		{"succeeded", idem.Record{Status: idem.StatusSucceeded}, false, idem.ErrNotReleasable, true, ""},
-		{"succeeded forced", idem.Record{Status: idem.StatusSucceeded}, true, idem.ErrNotReleasable, true, ""},
+		{"succeeded", idem.Record{Status: idem.StatusSucceeded}, false, idem.ErrNotReleasable, false, ""},
+		{"succeeded forced", idem.Record{Status: idem.StatusSucceeded}, true, idem.ErrNotReleasable, false, ""},
+		{"released already", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeReleased, Retryable: true}, false, idem.ErrAlreadyReleased, true, ""},
+		{"released already forced", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeReleased, Retryable: true}, true, idem.ErrAlreadyReleased, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,10 +42,34 @@ func TestReleasableAndForgettable(t *testing.T) {
 			if err != nil && !strings.Contains(err.Error(), tt.wantSubstring) {
 				t.Errorf("Releasable error %q, want it to contain %q", err, tt.wantSubstring)
 			}
-			if got := tt.rec.Forgettable(now) == nil; got != tt.forgettable {
-				t.Errorf("Forgettable = %v, want %v", got, tt.forgettable)
+			if got := tt.rec.Forgettable(now, false) == nil; got != tt.forgettable {
+				t.Errorf("Forgettable(rerun false) = %v, want %v", got, tt.forgettable)
 			}
 		})
+	}
+}
+
+// TestForgettingASuccessNeedsConsent: forgetting a SUCCEEDED record lets
+// its next delivery run the action a second time, so it is refused unless
+// the operator consents; consent changes nothing for the other records.
+func TestForgettingASuccessNeedsConsent(t *testing.T) {
+	now := time.UnixMilli(1_780_000_000_123)
+	succeeded := idem.Record{Status: idem.StatusSucceeded}
+	if err := succeeded.Forgettable(now, false); !errors.Is(err, idem.ErrRerunsSuccess) {
+		t.Errorf("Forgettable(SUCCEEDED, rerun false) = %v, want ErrRerunsSuccess", err)
+	}
+	if err := succeeded.Forgettable(now, true); err != nil {
+		t.Errorf("Forgettable(SUCCEEDED, rerun true) = %v, want nil", err)
+	}
+	live := idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(time.Second)}
+	if err := live.Forgettable(now, true); !errors.Is(err, idem.ErrLeaseLive) {
+		t.Errorf("Forgettable(live lease, rerun true) = %v, want ErrLeaseLive: consent to re-run a success is no consent to race an owner", err)
+	}
+	failed := idem.Record{Status: idem.StatusFailed, ErrorCode: "HTTP_422"}
+	for _, rerun := range []bool{false, true} {
+		if err := failed.Forgettable(now, rerun); err != nil {
+			t.Errorf("Forgettable(FAILED, rerun %v) = %v, want nil", rerun, err)
+		}
 	}
 }
 

@@ -185,7 +185,12 @@ type EffectStore interface {
 // It holds the reason, a short description and a digest of the body, never
 // the body or any part of it.
 type Poison struct {
-	ID         string // the message id
+	ID string // the message id
+	// Key is the idempotency key the message gave, when one was computed
+	// before it was refused (KEY_REUSED: the record an operator looks at
+	// next). Empty when the message gave no key, and in notes stored before
+	// notes named keys.
+	Key        string
 	Reason     Code
 	Detail     string // short, bounded by MaxPoisonDetail; types and paths, never values
 	BodySHA256 string

@@ -40,7 +40,8 @@ const maxEventBytes = 350_000
 // ledger table only (a transaction's Put needs PutItem).
 func RequiredIAMActions() []string { return []string{"dynamodb:PutItem"} }
 
-// Ledger appends entries to one table.
+// Ledger appends entries to one table. It is safe for concurrent use: Do
+// only reads its fields.
 type Ledger struct {
 	Table string
 	// Now stamps entries. Nil means time.Now.

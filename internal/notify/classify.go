@@ -66,10 +66,25 @@ func (c Classifier) Class(status int) idem.Class {
 func (c Classifier) Error(status int, retryAfter string, now time.Time) error {
 	return &idem.ClassifiedError{
 		Class:      c.Class(status),
-		Code:       idem.Code(fmt.Sprintf("HTTP_%d", status)),
+		Code:       StatusCode(status),
 		RetryAfter: ParseRetryAfter(retryAfter, now),
 		Err:        &StatusError{Status: status},
 	}
+}
+
+// StatusCode is the code a failure stores for the downstream's HTTP status:
+// HTTP_<status>, the codes notify adds to idem's list.
+func StatusCode(status int) idem.Code {
+	return idem.Code(fmt.Sprintf("HTTP_%d", status))
+}
+
+// IsStatusCode reports whether c has the form StatusCode gives: HTTP_ and a
+// status from 100 to 599, so that operators' filters can tell a status code
+// from a mistyped one.
+func IsStatusCode(c idem.Code) bool {
+	s, ok := strings.CutPrefix(string(c), "HTTP_")
+	n, err := strconv.Atoi(s)
+	return ok && err == nil && len(s) == 3 && n >= 100 && n <= 599
 }
 
 // maxRetryAfter bounds a parsed Retry-After: a downstream asking for more

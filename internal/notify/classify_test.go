@@ -64,3 +64,18 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusCodes: the code stored for a status has the form operators'
+// filters recognise, and nothing else has it.
+func TestStatusCodes(t *testing.T) {
+	for _, status := range []int{100, 404, 422, 503, 599} {
+		if c := notify.StatusCode(status); !notify.IsStatusCode(c) {
+			t.Errorf("IsStatusCode(%s) = false, want true", c)
+		}
+	}
+	for _, c := range []idem.Code{"HTTP_42", "HTTP_4220", "HTTP_099", "HTTP_600", "HTTP_+42", "http_422", "HTTP_", "HTTP_4x2", "PERMANENT_FAILURE"} {
+		if notify.IsStatusCode(c) {
+			t.Errorf("IsStatusCode(%q) = true, want false", c)
+		}
+	}
+}

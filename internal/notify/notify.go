@@ -32,7 +32,9 @@ const DefaultTimeout = 5 * time.Second
 // maxSummary bounds the part of the downstream's reply kept in the record.
 const maxSummary = 256
 
-// Notifier delivers events to one URL.
+// Notifier delivers events to one URL. Once configured it is safe for
+// concurrent use: every delivery shares its Client (and connection pool)
+// and its Signer, which must be safe for concurrent use too.
 type Notifier struct {
 	URL string
 	// Client is reused across calls (connection reuse). Nil means a client

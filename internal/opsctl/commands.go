@@ -1,6 +1,7 @@
 package opsctl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/notify"
 )
 
 func (r *runner) get(ctx context.Context, args []string) error {
@@ -28,7 +32,7 @@ func (r *runner) get(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	keys, err := r.keys(k, pos, s.KeyExpr.Value)
+	keys, err := r.keys(k, pos, s)
 	if err != nil {
 		return err
 	}
@@ -71,9 +75,15 @@ func (r *runner) get(ctx context.Context, args []string) error {
 		if err := printRecord(r.env.Stdout, rec, now); err != nil {
 			return err
 		}
-		if out.PayloadMatches != nil && *out.PayloadMatches {
+		switch {
+		case out.PayloadMatches != nil && *out.PayloadMatches:
 			fmt.Fprintln(r.env.Stdout, "payload      the body's fingerprint matches the stored one")
-		} else if out.PayloadMatches != nil {
+		case out.PayloadMatches != nil && rec.Status == idem.StatusSucceeded:
+			// Forgetting a success runs its action again: say so where the
+			// advice is given, not only when the forget is refused.
+			fmt.Fprintln(r.env.Stdout, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED; the stored event SUCCEEDED, "+
+				"so running this one means running the action again (forget --rerun-succeeded)")
+		case out.PayloadMatches != nil:
 			fmt.Fprintln(r.env.Stdout, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED (forget the record to let it run)")
 		}
 	} else if out.Forgotten != nil {
@@ -97,14 +107,46 @@ type listFlags struct {
 	status, code, reason, since, until, cursor string
 	poison, scan                               bool
 	limit                                      int
+	fs                                         *flag.FlagSet // which were given
+}
+
+// statusFilter is one word list --status takes: a state, or a group of
+// states of one stored status.
+type statusFilter struct {
+	word   string
+	status idem.Status // "" for all
+	state  string      // one state; "" for the whole group
+}
+
+// statusFilters are the words of list --status, in the vocabulary of the
+// STATE column (see States).
+var statusFilters = []statusFilter{
+	{"failed", idem.StatusFailed, ""},
+	{StatePermanent, idem.StatusFailed, StatePermanent},
+	{StateRetryable, idem.StatusFailed, StateRetryable},
+	{StateReleased, idem.StatusFailed, StateReleased},
+	{"in_progress", idem.StatusInProgress, ""},
+	{StateRunning, idem.StatusInProgress, StateRunning},
+	{StateAbandoned, idem.StatusInProgress, StateAbandoned},
+	{StateSucceeded, idem.StatusSucceeded, ""},
+	{"all", "", ""},
+}
+
+func statusWords() string {
+	var w []string
+	for _, f := range statusFilters {
+		w = append(w, f.word)
+	}
+	return strings.Join(w, ", ")
 }
 
 func (l *listFlags) register(fs *flag.FlagSet, paging bool) {
+	l.fs = fs
 	if paging {
-		fs.StringVar(&l.status, "status", "failed", "failed, in_progress, succeeded or all (only failed is indexed; the others scan)")
-		fs.StringVar(&l.code, "code", "", "only records with this error code (HTTP_422, RETRY_EXHAUSTED, RELEASED, ...)")
+		fs.StringVar(&l.status, "status", "failed", "a state ("+statusWords()+"); failed and its states are indexed, the others scan the table")
+		fs.StringVar(&l.code, "code", "", "only failures with this error code, any case (HTTP_422, RETRY_EXHAUSTED, RELEASED, ...)")
 		fs.BoolVar(&l.poison, "poison", false, "list poison notes instead of records")
-		fs.StringVar(&l.reason, "reason", "", "with --poison: only notes with this reason (NOT_JSON, KEY_REUSED, ...)")
+		fs.StringVar(&l.reason, "reason", "", "with --poison: only notes with this reason, any case ("+codeList(idem.PoisonReasons)+")")
 		fs.IntVar(&l.limit, "limit", ddbstore.DefaultListLimit, "at most this many items (1 to 1000); --cursor pages on")
 		fs.StringVar(&l.cursor, "cursor", "", "continue a listing: the cursor the previous page printed")
 	}
@@ -113,27 +155,61 @@ func (l *listFlags) register(fs *flag.FlagSet, paging bool) {
 	fs.BoolVar(&l.scan, "scan", false, "read with a Scan of the whole table even where the index serves (costs the whole table)")
 }
 
-// query turns the flags into a listing query.
-func (l *listFlags) query(now time.Time) (ddbstore.Query, error) {
-	q := ddbstore.Query{Poison: l.poison, Code: idem.Code(l.code), Scan: l.scan, Limit: l.limit, Cursor: l.cursor, Now: now}
-	if l.poison {
-		if l.code != "" {
-			return q, usagef("--code selects records; with --poison, use --reason")
-		}
-		q.Code = idem.Code(l.reason)
-	} else if l.reason != "" {
-		return q, usagef("--reason selects poison notes: add --poison, or use --code for records")
+func codeList(codes []idem.Code) string {
+	var s []string
+	for _, c := range codes {
+		s = append(s, string(c))
 	}
-	switch strings.ToLower(l.status) {
-	case "failed", "":
-		q.Status = idem.StatusFailed
-	case "in_progress", "in-progress":
-		q.Status = idem.StatusInProgress
-	case "succeeded":
-		q.Status = idem.StatusSucceeded
-	case "all":
-	default:
-		return q, usagef("--status %q: want failed, in_progress, succeeded or all", l.status)
+	return strings.Join(s, ", ")
+}
+
+// query turns the flags into a listing query, checking them against the
+// vocabulary (idem's codes, notify's HTTP_<status>, idem's poison reasons,
+// the states) before anything is read: a filter that can match nothing is
+// refused, not answered with an empty listing that reads as "nothing
+// failed". An unknown failure code is only warned about: an action may
+// store codes of its own.
+func (l *listFlags) query(now time.Time, warn io.Writer) (ddbstore.Query, error) {
+	q := ddbstore.Query{Poison: l.poison, Scan: l.scan, Limit: l.limit, Cursor: l.cursor, Now: now}
+	code := idem.Code(strings.ToUpper(strings.TrimSpace(l.code)))
+	reason := idem.Code(strings.ToUpper(strings.TrimSpace(l.reason)))
+	statusGiven := l.fs.Lookup("status") != nil && set(l.fs, "status")
+	switch {
+	case l.poison && code != "":
+		return q, usagef("--code selects records; with --poison, use --reason")
+	case l.poison && statusGiven:
+		return q, usagef("--status selects records; poison notes have no status (drop --status, or --poison)")
+	case !l.poison && reason != "":
+		return q, usagef("--reason selects poison notes: add --poison, or use --code for records")
+	case l.poison && reason != "" && !slices.Contains(idem.PoisonReasons, reason):
+		return q, usagef("--reason %q: poison notes have %s", l.reason, codeList(idem.PoisonReasons))
+	case l.poison:
+		q.Code = reason
+	}
+	if !l.poison {
+		f, err := l.statusFilter()
+		if err != nil {
+			return q, err
+		}
+		q.Status = f.status
+		if f.state != "" {
+			want := f.state
+			q.Keep = func(rec idem.Record) bool { return state(rec, now) == want }
+		}
+		if code != "" {
+			switch {
+			case f.status == idem.StatusInProgress || f.status == idem.StatusSucceeded:
+				return q, usagef("--code selects failures: --status %s records have no code", f.word)
+			case f.state == StateReleased && code != idem.CodeReleased:
+				return q, usagef("--status released records have code %s, not %s", idem.CodeReleased, code)
+			case (f.state == StatePermanent || f.state == StateRetryable) && code == idem.CodeReleased:
+				return q, usagef("--code %s: a released record's state is released, not %s (use --status released)", code, f.state)
+			case !slices.Contains(idem.Codes, code) && !notify.IsStatusCode(code):
+				fmt.Fprintf(warn, "oncelyctl: warning: --code %q is neither HTTP_<status> nor one of oncely's codes (%s): listing it anyway, as an action may store codes of its own\n",
+					l.code, codeList(idem.Codes))
+			}
+			q.Code = code
+		}
 	}
 	var err error
 	if q.Since, err = parseWindow(l.since, now); err != nil {
@@ -149,6 +225,23 @@ func (l *listFlags) query(now time.Time) (ddbstore.Query, error) {
 		return q, usagef("--limit %d: want 1 to 1000", q.Limit)
 	}
 	return q, nil
+}
+
+// statusFilter reads --status, in any case.
+func (l *listFlags) statusFilter() (statusFilter, error) {
+	w := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(l.status)), "-", "_")
+	if w == "" {
+		w = "failed"
+	}
+	for _, f := range statusFilters {
+		if f.word == w {
+			return f, nil
+		}
+	}
+	if w == StateExpired {
+		return statusFilter{}, usagef("--status expired: expired records count as absent and are never listed; get KEY shows one")
+	}
+	return statusFilter{}, usagef("--status %q: want a state (%s)", l.status, statusWords())
 }
 
 // parseWindow reads a time bound: a duration before now, or an RFC 3339 time.
@@ -177,7 +270,7 @@ func (r *runner) list(ctx context.Context, args []string) error {
 		return usagef("list takes flags only, got %q", pos)
 	}
 	now := r.env.Now()
-	q, err := l.query(now)
+	q, err := l.query(now, r.env.Stderr)
 	if err != nil {
 		return err
 	}
@@ -190,6 +283,11 @@ func (r *runner) list(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if len(p.Records)+len(p.Poison) == 0 && q.Cursor == "" {
+		if err := r.namespaceHint(ctx); err != nil {
+			return err
+		}
 	}
 	if r.json {
 		out := ListView{Records: []RecordView{}, Next: p.Next, Cost: p.Cost}
@@ -204,9 +302,9 @@ func (r *runner) list(ctx context.Context, args []string) error {
 	w := r.env.Stdout
 	t := newTable(w)
 	if q.Poison {
-		t.row("AT (UTC)", "MESSAGE ID", "REASON", "BODY", "DETAIL")
+		t.row("AT (UTC)", "MESSAGE ID", "KEY", "REASON", "BODY", "DETAIL")
 		for _, n := range p.Poison {
-			t.row(n.At.UTC().Format("2006-01-02T15:04:05Z"), n.ID, string(n.Reason), fmt.Sprintf("%d bytes, sha256 %.12s…", n.BodySize, n.BodySHA256), short(n.Detail, 60))
+			t.row(n.At.UTC().Format("2006-01-02T15:04:05Z"), n.ID, dash(n.Key), string(n.Reason), fmt.Sprintf("%d bytes, sha256 %.12s…", n.BodySize, n.BodySHA256), short(n.Detail, 60))
 		}
 	} else {
 		t.row("UPDATED (UTC)", "KEY", "STATE", "CODE", "ATTEMPTS", "MESSAGE")
@@ -227,9 +325,41 @@ func (r *runner) list(ctx context.Context, args []string) error {
 	if p.Cost.Method == "scan" {
 		fmt.Fprintln(w, "(a scan returns items in table order, not by time)")
 	}
+	if !q.Poison && q.Status == idem.StatusFailed && q.Keep == nil && q.Code == "" && p.Cost.Method == "query" {
+		// The default view: say where what it cannot show is.
+		fmt.Fprintln(w, abandonedHint)
+	}
 	if p.Next != "" {
 		fmt.Fprintf(w, "more: repeat with --cursor %s\n", p.Next)
 	}
+	return nil
+}
+
+// abandonedHint says where stuck events are, under the views that cannot
+// show them: the index holds failures only (indexing in-progress records
+// would charge every event an index write), so finding them is a scan.
+const abandonedHint = "stuck events (abandoned: IN_PROGRESS, lease ended) are not in the index: `oncelyctl list --status abandoned` lists them, scanning the whole table"
+
+// namespaceHint warns, after a listing found nothing, when the namespace
+// came from --namespace, is not the configuration's, and has nothing at
+// all in the triage index: most likely a typo, which an empty listing
+// would pass off as "nothing failed". It reads at most one item per index
+// shard, never the table.
+func (r *runner) namespaceHint(ctx context.Context) error {
+	s := r.settings
+	if s.Namespace.Source != "--namespace" || s.Namespace.Value == s.configuredNamespace.Value || !r.info.Indexed {
+		return nil
+	}
+	any, _, err := r.admin.HasIndexEntries(ctx)
+	if err != nil || any {
+		return err
+	}
+	configured := "none is configured ($" + config.EnvNamespace + " and $" + config.EnvFunctionName + " are unset)"
+	if s.configuredNamespace.Value != "" {
+		configured = fmt.Sprintf("the configuration's is %q (from %s)", s.configuredNamespace.Value, s.configuredNamespace.Source)
+	}
+	fmt.Fprintf(r.env.Stderr, "oncelyctl: hint: namespace %q (from --namespace) has no failure and no poison note at all in table %q's index; %s: is it mistyped? (oncelyctl config)\n",
+		s.Namespace.Value, r.admin.Table(), configured)
 	return nil
 }
 
@@ -255,21 +385,25 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	}
 	now := r.env.Now()
 	l.limit, l.status = 1000, "failed"
-	if l.scan {
-		l.status = "all"
-	}
-	q, err := l.query(now)
+	q, err := l.query(now, r.env.Stderr)
 	if err != nil {
 		return err
 	}
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
+	// Where the read is a scan anyway (--scan, or a table without the
+	// index), one scan counts every record and note: the table is read once.
+	// Otherwise the index's failures, then its poison notes.
+	reads := []ddbstore.Query{q, q}
+	reads[1].Poison = true
+	if l.scan || !r.info.Indexed {
+		q.Status, q.WithPoison, q.Scan = "", true, true
+		reads = []ddbstore.Query{q}
+	}
 	counts := map[Count]int{}
 	var cost ddbstore.Cost
-	// The same listing as list, paged to its end: records, then poison notes.
-	for _, poison := range []bool{false, true} {
-		q.Poison, q.Cursor = poison, ""
+	for _, q := range reads {
 		for {
 			p, err := r.admin.List(ctx, q)
 			if err != nil {
@@ -277,10 +411,10 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 			}
 			cost.Add(p.Cost)
 			for _, rec := range p.Records {
-				counts[Count{Status: string(rec.Status), Code: rec.ErrorCode}]++
+				counts[Count{Status: string(rec.Status), State: state(rec, now), Code: rec.ErrorCode}]++
 			}
 			for _, n := range p.Poison {
-				counts[Count{Status: ddbstore.StatusPoison, Code: n.Reason}]++
+				counts[Count{Status: ddbstore.StatusPoison, State: StatePoison, Code: n.Reason}]++
 			}
 			if p.Next == "" {
 				break
@@ -297,10 +431,10 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 		out.Counts = append(out.Counts, c)
 	}
 	slices.SortFunc(out.Counts, func(a, b Count) int {
-		return strings.Compare(a.Status+" "+string(a.Code), b.Status+" "+string(b.Code))
+		return strings.Compare(a.Status+" "+a.State+" "+string(a.Code), b.Status+" "+b.State+" "+string(b.Code))
 	})
-	if !l.scan && r.info.Indexed {
-		out.NotCounted = []idem.Status{idem.StatusInProgress, idem.StatusSucceeded}
+	if len(reads) == 2 {
+		out.NotCounted = []string{StateRunning, StateAbandoned, StateSucceeded}
 	}
 	if r.json {
 		return r.printJSON(out)
@@ -308,10 +442,10 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	w := r.env.Stdout
 	fmt.Fprintf(w, "from %s to %s\n", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339))
 	t := newTable(w)
-	t.row("STATUS", "CODE", "COUNT")
+	t.row("STATUS", "STATE", "CODE", "COUNT")
 	total := 0
 	for _, c := range out.Counts {
-		t.row(c.Status, dash(string(c.Code)), strconv.Itoa(c.Count))
+		t.row(c.Status, c.State, dash(string(c.Code)), strconv.Itoa(c.Count))
 		total += c.Count
 	}
 	if err := t.flush(); err != nil {
@@ -319,7 +453,8 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(w, "total %d; %s\n", total, costLine(cost, r.info))
 	if len(out.NotCounted) > 0 {
-		fmt.Fprintln(w, "IN_PROGRESS and SUCCEEDED records are not in the index and not counted: --scan counts them, reading the whole table")
+		fmt.Fprintln(w, "running, abandoned and succeeded records are not in the index and not counted: stats --scan counts them, reading the whole table")
+		fmt.Fprintln(w, abandonedHint)
 	}
 	return nil
 }
@@ -327,9 +462,10 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 // writeFlags are the flags of release and forget.
 type writeFlags struct {
 	keyFlags
-	reason, token string
-	force         bool
-	dryRun, stdin bool
+	reason, token  string
+	force          bool
+	rerunSucceeded bool
+	dryRun, stdin  bool
 }
 
 // targets are the records a write names, each with what the operator saw
@@ -339,14 +475,22 @@ type target struct {
 	seen *idem.Record
 }
 
-func (r *runner) targets(w writeFlags, pos []string, keyExpr string) ([]target, error) {
+func (r *runner) targets(w writeFlags, pos []string, s settings) ([]target, error) {
 	if w.stdin {
 		if len(pos) > 0 || w.id != "" || w.apiKey != "" || w.body != "" || w.token != "" {
 			return nil, usagef("--stdin takes the records from list --json (or get --json); name no others")
 		}
-		return r.readTargets(r.env.Stdin)
+		recs, err := ReadRecords(r.env.Stdin)
+		if err != nil {
+			return nil, usagef("--stdin: %v", err)
+		}
+		var out []target
+		for i := range recs {
+			out = append(out, target{key: recs[i].Key, seen: &recs[i]})
+		}
+		return out, nil
 	}
-	keys, err := r.keys(w.keyFlags, pos, keyExpr)
+	keys, err := r.keys(w.keyFlags, pos, s)
 	if err != nil {
 		return nil, err
 	}
@@ -364,45 +508,78 @@ func (r *runner) targets(w writeFlags, pos []string, keyExpr string) ([]target, 
 	return out, nil
 }
 
-// readTargets reads list --json (or get --json) output.
-func (r *runner) readTargets(in io.Reader) ([]target, error) {
-	data, err := io.ReadAll(in)
+// maxStdin bounds what release and forget read with --stdin: far more than
+// a thousand records of list --json.
+const maxStdin = 64 << 20
+
+// ReadRecords reads what release --stdin and forget --stdin take: one or
+// more JSON documents, each the output of list --json (its "records") or
+// get --json (its "record"), so that pages of a listing can be piped in
+// one after another. It returns the records as the operator saw them, in
+// order. Anything else is an error that says what was wrong, never a
+// panic: a document without records, a null record, a malformed or
+// repeated key, a status oncely does not write, more than 64 MiB.
+func ReadRecords(in io.Reader) ([]idem.Record, error) {
+	data, err := io.ReadAll(io.LimitReader(in, maxStdin+1))
 	if err != nil {
 		return nil, err
 	}
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, usagef("--stdin: not the JSON of list --json or get --json: %v", err)
+	if len(data) > maxStdin {
+		return nil, fmt.Errorf("more than %d bytes; page the listing (--limit, --cursor)", maxStdin)
 	}
-	var views []RecordView
-	switch {
-	case probe["records"] != nil:
-		var lv ListView
-		if err := json.Unmarshal(data, &lv); err != nil {
-			return nil, usagef("--stdin: %v", err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var out []idem.Record
+	seen := map[string]bool{}
+	for doc := 1; ; doc++ {
+		var probe map[string]json.RawMessage
+		if err := dec.Decode(&probe); errors.Is(err, io.EOF) {
+			if doc == 1 {
+				return nil, errors.New("no input: pipe in the JSON of list --json or get --json")
+			}
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("document %d is not the JSON of list --json or get --json: %v", doc, err)
 		}
-		views = lv.Records
-	case probe["record"] != nil:
-		var gv GetView
-		if err := json.Unmarshal(data, &gv); err != nil {
-			return nil, usagef("--stdin: %v", err)
+		var views []RecordView
+		switch {
+		case probe["records"] != nil:
+			if err := json.Unmarshal(probe["records"], &views); err != nil {
+				return nil, fmt.Errorf("document %d: \"records\": %v", doc, err)
+			}
+		case probe["record"] != nil:
+			var rv *RecordView
+			if err := json.Unmarshal(probe["record"], &rv); err != nil {
+				return nil, fmt.Errorf("document %d: \"record\": %v", doc, err)
+			}
+			if rv == nil {
+				return nil, fmt.Errorf("document %d: \"record\" is null: get --json found no record", doc)
+			}
+			views = []RecordView{*rv}
+		case probe["found"] != nil:
+			return nil, fmt.Errorf("document %d: get --json found no record to act on", doc)
+		default:
+			return nil, fmt.Errorf("document %d has no \"records\" (list --json) or \"record\" (get --json)", doc)
 		}
-		views = []RecordView{*gv.Record}
-	default:
-		return nil, usagef("--stdin: no \"records\" (list --json) or \"record\" (get --json) in the input")
+		for i, v := range views {
+			rec, err := v.Record()
+			if err != nil {
+				return nil, fmt.Errorf("document %d, record %d: %v", doc, i+1, err)
+			}
+			if err := idem.ValidateKey(rec.Key); err != nil {
+				return nil, fmt.Errorf("document %d, record %d: malformed key %q", doc, i+1, rec.Key)
+			}
+			switch rec.Status {
+			case idem.StatusInProgress, idem.StatusSucceeded, idem.StatusFailed:
+			default:
+				return nil, fmt.Errorf("document %d, record %q: status %q is none of IN_PROGRESS, SUCCEEDED, FAILED", doc, rec.Key, rec.Status)
+			}
+			if seen[rec.Key] {
+				return nil, fmt.Errorf("record %q appears twice", rec.Key)
+			}
+			seen[rec.Key] = true
+			out = append(out, rec)
+		}
 	}
-	var out []target
-	for _, v := range views {
-		rec, err := v.Record()
-		if err != nil {
-			return nil, usagef("--stdin: %v", err)
-		}
-		if err := idem.ValidateKey(rec.Key); err != nil {
-			return nil, usagef("--stdin: malformed key %q", rec.Key)
-		}
-		out = append(out, target{key: rec.Key, seen: &rec})
-	}
-	return out, nil
 }
 
 // changed says how cur differs from what the operator saw, or "".
@@ -442,12 +619,14 @@ func (r *runner) write(ctx context.Context, args []string, release bool) error {
 	fs := r.flags()
 	var w writeFlags
 	w.register(fs)
-	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force)")
+	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force, but for a dry run)")
 	fs.StringVar(&w.token, "token", "", "the token you saw (get prints it): refuse if the record changed hands since")
 	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
 	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
 	if release {
 		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
+	} else {
+		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
 	}
 	pos, err := r.parse(fs, args)
 	if err != nil {
@@ -455,9 +634,9 @@ func (r *runner) write(ctx context.Context, args []string, release bool) error {
 	}
 	op := "release"
 	switch {
-	case !release && strings.TrimSpace(w.reason) == "":
-		return usagef("forget needs --reason: it is kept in a note with who deleted the record")
-	case w.force && strings.TrimSpace(w.reason) == "":
+	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
+		return usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
+	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
 		return usagef("--force needs --reason: it takes the key from a live owner, whose side effect may then happen twice")
 	case !release:
 		op = "forget"
@@ -468,7 +647,7 @@ func (r *runner) write(ctx context.Context, args []string, release bool) error {
 	if err != nil {
 		return err
 	}
-	targets, err := r.targets(w, pos, s.KeyExpr.Value)
+	targets, err := r.targets(w, pos, s)
 	if err != nil {
 		return err
 	}
@@ -519,11 +698,16 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 	}
 	v := view(cur, now)
 	res.Record = &v
+	res.RerunsSuccess = !release && cur.Status == idem.StatusSucceeded
+	// A permanent failure was acknowledged: its message has left the
+	// queue, and a release alone runs nothing (an API caller retries by
+	// itself).
+	res.Resend = release && cur.Status == idem.StatusFailed && !cur.Retryable && !httpapi.IsScopedKey(cur.Key)
 	if why := changed(t.seen, cur); why != "" {
 		res.Outcome, res.Detail = "refused", why+"; read it again (get, or list --json) and decide again"
 		return res, nil
 	}
-	rule := cur.Forgettable(now)
+	rule := cur.Forgettable(now, w.rerunSucceeded)
 	if release {
 		rule = cur.Releasable(now, w.force)
 	}
@@ -535,14 +719,25 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
 		return res, nil
 	case errors.Is(rule, idem.ErrNotReleasable):
-		res.Outcome, res.Detail = "refused", rule.Error()+": release only makes failed or abandoned events run again; forget deletes a record"
+		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
+		return res, nil
+	case errors.Is(rule, idem.ErrRerunsSuccess):
+		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
+		return res, nil
+	case errors.Is(rule, idem.ErrAlreadyReleased):
+		// Idempotent: the release already made the next delivery run it.
+		res.Outcome, res.Detail, res.Resend = "already_released", "released already"+lastAudit(cur)+"; its next delivery runs the action; nothing written", false
 		return res, nil
 	case rule != nil:
 		res.Outcome, res.Detail = "refused", rule.Error()
 		return res, nil
 	}
+	again := ""
+	if res.RerunsSuccess {
+		again = "; its next delivery runs the action AGAIN"
+	}
 	if w.dryRun {
-		res.Outcome, res.Detail = "would_"+strings.Fields(op)[0], "was "+was(cur)
+		res.Outcome, res.Detail = "would_"+strings.Fields(op)[0], "was "+was(cur)+again
 		return res, nil
 	}
 	audit, err := appendAudit(cur.Audit, AuditEntry{At: now.UTC(), By: by, Op: op, Reason: w.reason, Was: was(cur)})
@@ -554,14 +749,14 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 	if release {
 		after, ok, err = r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
 	} else {
-		after, ok, err = r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit})
+		after, ok, err = r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded})
 	}
 	if err != nil {
 		return res, err
 	}
 	if !ok {
 		// Lost a race: the record changed between our read and our write.
-		res.Outcome = "refused"
+		res.Outcome, res.Resend = "refused", false
 		if after.Key == "" {
 			res.Outcome, res.Detail, res.Record = "not_found", "the record went away while we wrote", nil
 		} else {
@@ -571,14 +766,29 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		}
 		return res, nil
 	}
-	r.log.Info("oncelyctl "+op, "key", t.key, "namespace", r.admin.Namespace(), "table", r.admin.Table(), "by", by, "reason", w.reason, "was", was(cur))
+	r.log.Info("oncelyctl "+op, "key", t.key, "namespace", r.admin.Namespace(), "table", r.admin.Table(), "by", by, "reason", w.reason, "was", was(cur), "reruns_success", res.RerunsSuccess)
 	if release {
 		av := view(after, now)
 		res.Outcome, res.Detail, res.Record = "released", "was "+was(cur), &av
 	} else {
-		res.Outcome, res.Detail = "forgotten", "was "+was(cur)
+		res.Outcome, res.Detail = "forgotten", "was "+was(cur)+again
 	}
 	return res, nil
+}
+
+// lastAudit says who did the record's last operator change, if its audit
+// says.
+func lastAudit(rec idem.Record) string {
+	v := view(rec, time.Time{})
+	if len(v.Audit) == 0 {
+		return ""
+	}
+	e := v.Audit[len(v.Audit)-1]
+	s := " by " + e.By + " at " + e.At.UTC().Format(time.RFC3339)
+	if e.Reason != "" {
+		s += fmt.Sprintf(" (%q)", e.Reason)
+	}
+	return s
 }
 
 func (r *runner) printResults(out ResultsView) error {
@@ -586,14 +796,31 @@ func (r *runner) printResults(out ResultsView) error {
 		return r.printJSON(out)
 	}
 	t := newTable(r.env.Stdout)
+	reruns, resend := 0, 0
 	for _, res := range out.Results {
 		t.row(strings.ReplaceAll(res.Outcome, "_", " "), res.Key, res.Detail)
+		if res.RerunsSuccess && res.Outcome != "refused" {
+			reruns++
+		}
+		if res.Resend && (res.Outcome == "released" || res.Outcome == "would_release") {
+			resend++
+		}
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
+	w := r.env.Stdout
+	if reruns > 0 {
+		fmt.Fprintf(w, "%s SUCCEEDED: the next delivery of each runs its action again (--rerun-succeeded)\n", plural(reruns, "record was", "records were"))
+	}
+	switch {
+	case resend == 1:
+		fmt.Fprintln(w, "re-send: 1 released record was a permanent failure of an SQS event: its message was acknowledged and has left the queue, so it runs again only when its event is sent again (by its producer, or by you with the same body)")
+	case resend > 1:
+		fmt.Fprintf(w, "re-send: %d released records were permanent failures of SQS events: their messages were acknowledged and have left the queue, so each runs again only when its event is sent again (by its producer, or by you with the same body)\n", resend)
+	}
 	if out.DryRun {
-		fmt.Fprintln(r.env.Stdout, "dry run: nothing written")
+		fmt.Fprintln(w, "dry run: nothing written")
 	}
 	return nil
 }

@@ -82,11 +82,11 @@ type command struct {
 
 var commands = []command{
 	{"get", "KEY | --id ID --action ACTION | --api-key KEY [--caller SCOPE] | --body FILE", "one record, decoded and explained", (*runner).get},
-	{"list", "[--status failed|in_progress|succeeded|all] [--code CODE] [--since T] [--until T] [--poison [--reason R]] [--limit N] [--cursor C] [--scan]", "records or poison notes, newest first, with what the listing cost", (*runner).list},
-	{"stats", "[--since T] [--until T] [--scan]", "counts by status and code over a window", (*runner).stats},
+	{"list", "[--status STATE] [--code CODE] [--since T] [--until T] [--limit N] [--cursor C] [--scan] | --poison [--reason R] ...", "records or poison notes, newest first, with what the listing cost", (*runner).list},
+	{"stats", "[--since T] [--until T] [--scan]", "counts by status, state and code over a window", (*runner).stats},
 	{"release", "KEY... | --id ID --action ACTION | --stdin  [--reason TEXT] [--force --reason TEXT] [--dry-run]", "make failed (or abandoned) events run again at their next delivery", (*runner).release},
-	{"forget", "KEY... | --id ID --action ACTION | --stdin  --reason TEXT [--dry-run]", "delete records, leaving a note of who and why", (*runner).forget},
-	{"config", "", "say which table, namespace and key expression would be used, and where each comes from", (*runner).config},
+	{"forget", "KEY... | --id ID --action ACTION | --stdin  --reason TEXT [--rerun-succeeded] [--dry-run]", "delete records, leaving a note of who and why; a SUCCEEDED one only with --rerun-succeeded", (*runner).forget},
+	{"config", "", "say which table, namespace, key and payload expressions would be used, and where each comes from", (*runner).config},
 }
 
 func usage(w io.Writer) {
@@ -99,10 +99,17 @@ func usage(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, `
-Every command takes --table, --namespace, --key-expr (default: the function's
-IDEMPOTENCY_TABLE, IDEMPOTENCY_NAMESPACE, IDEMPOTENCY_KEY_JMESPATH), --profile,
---region and --json. Exit codes: 0 ok, 1 error, 2 usage, 3 refused by a
-condition, 4 not found. "oncelyctl COMMAND -h" lists a command's flags.`)
+A record's state, in the STATE column, the JSON and list --status alike:
+running or abandoned (IN_PROGRESS, lease live or ended), succeeded,
+permanent, retryable or released (FAILED); --status also takes in_progress,
+failed (the default) and all.
+
+Every command takes --table, --namespace, --key-expr, --payload-expr
+(default: the function's IDEMPOTENCY_TABLE, IDEMPOTENCY_NAMESPACE,
+IDEMPOTENCY_KEY_JMESPATH, IDEMPOTENCY_PAYLOAD_JMESPATH), --profile, --region
+and --json. Nothing after "--" is a flag. Exit codes: 0 ok, 1 error, 2 usage,
+3 refused by a condition, 4 not found. "oncelyctl COMMAND -h" lists a
+command's flags.`)
 }
 
 // Run runs oncelyctl with args (without the program name) and returns the
@@ -114,11 +121,12 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if env.Getenv == nil {
 		env.Getenv = func(string) string { return "" }
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(env.Stderr)
-		if len(args) == 0 {
-			return ExitUsage
-		}
+	if len(args) == 0 {
+		usage(env.Stderr) // a mistake: the usage is the error
+		return ExitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(env.Stdout) // asked for: output, so that oncelyctl --help | less works
 		return ExitOK
 	}
 	var cmd *command
@@ -131,7 +139,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "oncelyctl: unknown command %q; commands: %s\n", args[0], commandNames())
 		return ExitUsage
 	}
-	r := &runner{env: env, cmd: cmd.name, log: slog.New(slog.NewTextHandler(env.Stderr, nil))}
+	r := &runner{env: env, cmd: cmd.name, args: cmd.args, summary: cmd.summary, log: slog.New(slog.NewTextHandler(env.Stderr, nil))}
 	err := cmd.run(r, ctx, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK

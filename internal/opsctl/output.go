@@ -50,20 +50,20 @@ func ago(d time.Duration) string {
 // explain says, for people, what the function will do with rec.
 func explain(rec idem.Record, now time.Time) string {
 	switch state(rec, now) {
-	case "expired":
-		return "EXPIRED at " + stamp(rec.ExpiresAt, now) + ": the function treats it as absent, so a delivery now runs the action again"
-	case "abandoned":
-		return "IN_PROGRESS, lease ended: the owner stopped (a crash or a timeout); the next delivery takes the key over and runs the action again"
-	case "running":
-		return "IN_PROGRESS, lease live: an owner is running the action; deliveries until the lease ends are refused (IN_PROGRESS, back to the queue)"
-	case "succeeded":
-		return "SUCCEEDED: every delivery gets the stored result until the record expires"
-	case "released":
-		return "FAILED, released by an operator: the next delivery takes the key over and runs the action again"
-	case "retryable":
-		return "FAILED, retryable: the next delivery (a redelivery, or a DLQ redrive) takes the key over and runs the action again; no release needed"
-	case "failed":
-		return "FAILED, permanent: every delivery gets this failure again, without running the action; `oncelyctl release` makes the next delivery run it"
+	case StateExpired:
+		return "expired at " + stamp(rec.ExpiresAt, now) + ": the function treats it as absent, so a delivery now runs the action again"
+	case StateAbandoned:
+		return "abandoned (IN_PROGRESS, lease ended): the owner stopped (a crash or a timeout); the next delivery takes the key over and runs the action again"
+	case StateRunning:
+		return "running (IN_PROGRESS, lease live): an owner is running the action; deliveries until the lease ends are refused (IN_PROGRESS, back to the queue)"
+	case StateSucceeded:
+		return "succeeded (SUCCEEDED): every delivery gets the stored result until the record expires"
+	case StateReleased:
+		return "released (FAILED, released by an operator): the next delivery takes the key over and runs the action again"
+	case StateRetryable:
+		return "retryable (FAILED, retryable): the next delivery (a redelivery, or a DLQ redrive) takes the key over and runs the action again; no release needed"
+	case StatePermanent:
+		return "permanent (FAILED for good): every delivery gets this failure again, without running the action; `oncelyctl release` makes the next delivery run it"
 	}
 	return string(rec.Status)
 }

@@ -26,13 +26,16 @@ import (
 
 // runner is one run of one command.
 type runner struct {
-	env  Env
-	cmd  string
-	log  *slog.Logger
-	exit int // the exit code when the command returns no error (a batch may end 3 or 4)
+	env Env
+	cmd string
+	// args and summary are the command's, for -h.
+	args, summary string
+	log           *slog.Logger
+	exit          int // the exit code when the command returns no error (a batch may end 3 or 4)
 
-	table, namespace, keyExpr, profile, region string
-	json                                       bool
+	table, namespace, keyExpr, payloadExpr, profile, region string
+	json                                                    bool
+	settings                                                settings // what resolve resolved
 
 	cfg   aws.Config
 	admin *ddbstore.Admin
@@ -45,33 +48,73 @@ func (r *runner) flags() *flag.FlagSet {
 	fs.StringVar(&r.table, "table", "", "the records table (default: $"+config.EnvTable+")")
 	fs.StringVar(&r.namespace, "namespace", "", "the function's namespace (default: $"+config.EnvNamespace+", else $"+config.EnvFunctionName+")")
 	fs.StringVar(&r.keyExpr, "key-expr", "", "the function's key expression (default: $"+config.EnvKeyJMESPath+", else "+eventkey.DefaultExpression+")")
+	fs.StringVar(&r.payloadExpr, "payload-expr", "", "the function's payload expression, which get --body fingerprints by (default: $"+config.EnvPayloadJMESPath+", else the whole body)")
 	fs.StringVar(&r.profile, "profile", "", "the AWS profile (default: the SDK's, $AWS_PROFILE)")
 	fs.StringVar(&r.region, "region", "", "the AWS region (default: the SDK's, $AWS_REGION)")
 	fs.BoolVar(&r.json, "json", false, "print JSON for scripts instead of tables")
 	return fs
 }
 
-// parse parses flags interspersed with arguments ("get KEY --json").
-// Errors are one line; -h prints the flags.
+// parse parses flags interspersed with arguments ("get KEY --json"). After
+// "--" nothing is a flag, and an argument there that looks like one is
+// refused: "release KEY -- --dry-run" must never release for real and then
+// look for a record named "--dry-run". Errors are one line; -h prints the
+// command's usage and flags on stdout.
 func (r *runner) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			for _, p := range args[i+1:] {
+				if strings.HasPrefix(p, "-") {
+					return nil, usagef("%q after \"--\" looks like a flag: nothing after \"--\" is read as one, and no key starts with '-'; put flags before \"--\"", p)
+				}
+			}
+			return append(pos, args[i+1:]...), nil
+		case len(a) < 2 || a[0] != '-':
+			pos = append(pos, a)
+			continue
+		}
+		// One flag, with its value when it takes one and is not written
+		// --name=value.
+		one := args[i : i+1]
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			one = args[i : i+2]
+			i++
+		}
+		if err := fs.Parse(one); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(r.env.Stderr)
-				fs.PrintDefaults()
+				r.help(fs)
 				return nil, err
 			}
 			return nil, usagef("%v (oncelyctl %s -h lists the flags)", err, r.cmd)
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos, args = append(pos, args[0]), args[1:]
 	}
+	return pos, nil
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// help prints the command's usage and flags on stdout (help is output,
+// not an error: oncelyctl list -h | less).
+func (r *runner) help(fs *flag.FlagSet) {
+	fmt.Fprintf(r.env.Stdout, "usage: oncelyctl %s %s\n\n%s\n\nflags:\n", r.cmd, r.args, r.summary)
+	fs.SetOutput(r.env.Stdout)
+	fs.PrintDefaults()
+}
+
+// set reports whether the flag name was given.
+func set(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // setting is a resolved value and where it came from.
@@ -81,14 +124,19 @@ type setting struct {
 }
 
 type settings struct {
-	Table     setting `json:"table"`
-	Namespace setting `json:"namespace"`
-	KeyExpr   setting `json:"key_expression"`
+	Table       setting `json:"table"`
+	Namespace   setting `json:"namespace"`
+	KeyExpr     setting `json:"key_expression"`
+	PayloadExpr setting `json:"payload_expression"`
+	// configuredNamespace is the namespace the configuration gives, had
+	// --namespace not been passed (empty: none).
+	configuredNamespace setting
 }
 
 // resolve picks each setting from its flag, else the function's own
 // environment variable (the same name the function reads), else its
-// default.
+// default. The key and payload expressions are resolved alike: a body is
+// keyed and fingerprinted as the function does it.
 func (r *runner) resolve() (settings, error) {
 	pick := func(flagName, flagValue string, vars ...string) setting {
 		if flagValue != "" {
@@ -102,13 +150,19 @@ func (r *runner) resolve() (settings, error) {
 		return setting{}
 	}
 	s := settings{
-		Table:     pick("table", r.table, config.EnvTable),
-		Namespace: pick("namespace", r.namespace, config.EnvNamespace, config.EnvFunctionName),
-		KeyExpr:   pick("key-expr", r.keyExpr, config.EnvKeyJMESPath),
+		Table:               pick("table", r.table, config.EnvTable),
+		Namespace:           pick("namespace", r.namespace, config.EnvNamespace, config.EnvFunctionName),
+		KeyExpr:             pick("key-expr", r.keyExpr, config.EnvKeyJMESPath),
+		PayloadExpr:         pick("payload-expr", r.payloadExpr, config.EnvPayloadJMESPath),
+		configuredNamespace: pick("namespace", "", config.EnvNamespace, config.EnvFunctionName),
 	}
 	if s.KeyExpr.Value == "" {
 		s.KeyExpr = setting{eventkey.DefaultExpression, "default"}
 	}
+	if s.PayloadExpr.Value == "" {
+		s.PayloadExpr = setting{"", "default (the whole body)"}
+	}
+	r.settings = s
 	switch {
 	case s.Table.Value == "":
 		return s, usagef("no table: pass --table, or set %s as the function has it", config.EnvTable)
@@ -117,8 +171,8 @@ func (r *runner) resolve() (settings, error) {
 	case strings.Contains(s.Namespace.Value, "#"):
 		return s, usagef("namespace %q (from %s) contains '#'; the function's never does", s.Namespace.Value, s.Namespace.Source)
 	}
-	if _, err := eventkey.New(s.KeyExpr.Value, ""); err != nil {
-		return s, usagef("%v (from %s)", err, s.KeyExpr.Source)
+	if _, err := eventkey.New(s.KeyExpr.Value, s.PayloadExpr.Value); err != nil {
+		return s, usagef("%v (the key expression from %s, the payload expression from %s)", err, s.KeyExpr.Source, s.PayloadExpr.Source)
 	}
 	return s, nil
 }
@@ -194,9 +248,11 @@ type named struct {
 	fingerprint string
 }
 
-// keys returns the records args and the key flags name. Exactly one way
-// of naming is allowed; a malformed key is a usage error.
-func (r *runner) keys(k keyFlags, args []string, keyExpr string) ([]named, error) {
+// keys returns the records args and the key flags name, by the resolved
+// key and payload expressions. Exactly one way of naming is allowed; a
+// malformed key is a usage error.
+func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
+	keyExpr := s.KeyExpr.Value
 	ways := 0
 	for _, used := range []bool{len(args) > 0, k.id != "" || k.action != "", k.apiKey != "", k.body != ""} {
 		if used {
@@ -206,7 +262,7 @@ func (r *runner) keys(k keyFlags, args []string, keyExpr string) ([]named, error
 	if ways != 1 {
 		return nil, usagef("name the record one way: KEY..., --id and --action, --api-key (with --caller), or --body")
 	}
-	x, err := eventkey.New(keyExpr, "")
+	x, err := eventkey.New(keyExpr, s.PayloadExpr.Value)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
@@ -303,5 +359,10 @@ func (r *runner) config(_ context.Context, args []string) error {
 	tw.row("table", s.Table.Value, "from "+s.Table.Source)
 	tw.row("namespace", s.Namespace.Value, "from "+s.Namespace.Source)
 	tw.row("key expression", s.KeyExpr.Value, "from "+s.KeyExpr.Source)
+	payload := s.PayloadExpr.Value
+	if payload == "" {
+		payload = "-"
+	}
+	tw.row("payload expression", payload, "from "+s.PayloadExpr.Source)
 	return tw.flush()
 }

@@ -16,9 +16,9 @@ import (
 // from.
 type RecordView struct {
 	Key string `json:"key"`
-	// State says in one word what the function will do with the record:
-	// running, abandoned (lease ended), succeeded, failed (permanent),
-	// retryable, released, or expired (counts as absent).
+	// State says in one word what the function will do with the record
+	// (see States): the word the text's STATE column prints and list
+	// --status takes.
 	State        string      `json:"state"`
 	Status       idem.Status `json:"status"`
 	Retryable    bool        `json:"retryable"`
@@ -27,10 +27,12 @@ type RecordView struct {
 	Attempts     int         `json:"attempts"`
 	Token        string      `json:"token"`
 	Fingerprint  string      `json:"fingerprint"`
-	LeaseUntil   time.Time   `json:"lease_until"`
-	ExpiresAt    time.Time   `json:"expires_at"`
-	CreatedAt    time.Time   `json:"created_at"`
-	UpdatedAt    time.Time   `json:"updated_at"`
+	// LeaseUntil is set for IN_PROGRESS records only, as get prints it: a
+	// finished record's lease means nothing.
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
 	// Result is a stored result that is UTF-8 text; ResultBase64 one that
 	// is not. Neither is set when nothing is stored.
 	Result       *string `json:"result,omitempty"`
@@ -83,23 +85,39 @@ func appendAudit(raw string, e AuditEntry) (string, error) {
 	}
 }
 
+// The states: what the function does with a record, one word each. They
+// are the one vocabulary of the STATE column, the JSON's "state", stats'
+// STATE and list --status, which also takes the groups in_progress
+// (running and abandoned), failed (permanent, retryable and released) and
+// all (see statusFilters).
+const (
+	StateRunning   = "running"   // IN_PROGRESS, lease live: an owner is running the action
+	StateAbandoned = "abandoned" // IN_PROGRESS, lease ended: the owner stopped; the next delivery takes it over
+	StateSucceeded = "succeeded" // SUCCEEDED: replayed to every delivery
+	StatePermanent = "permanent" // FAILED for good: replayed to every delivery until released
+	StateRetryable = "retryable" // FAILED, retryable: the next delivery runs it again
+	StateReleased  = "released"  // FAILED, released by an operator: the next delivery runs it again
+	StateExpired   = "expired"   // past its retention: counts as absent (get shows it; listings never do)
+	StatePoison    = "poison"    // a poison note (stats' STATE for notes; list --poison lists them)
+)
+
 // state names what the function does with rec at now.
 func state(rec idem.Record, now time.Time) string {
 	switch {
 	case rec.Expired(now):
-		return "expired"
+		return StateExpired
 	case rec.Status == idem.StatusInProgress && rec.Claimable(now):
-		return "abandoned"
+		return StateAbandoned
 	case rec.Status == idem.StatusInProgress:
-		return "running"
+		return StateRunning
 	case rec.Status == idem.StatusSucceeded:
-		return "succeeded"
+		return StateSucceeded
 	case rec.Status == idem.StatusFailed && rec.ErrorCode == idem.CodeReleased:
-		return "released"
+		return StateReleased
 	case rec.Status == idem.StatusFailed && rec.Retryable:
-		return "retryable"
+		return StateRetryable
 	case rec.Status == idem.StatusFailed:
-		return "failed"
+		return StatePermanent
 	}
 	return "unknown"
 }
@@ -110,7 +128,11 @@ func view(rec idem.Record, now time.Time) RecordView {
 		Key: rec.Key, State: state(rec, now), Status: rec.Status, Retryable: rec.Retryable,
 		ErrorCode: rec.ErrorCode, ErrorMessage: rec.ErrorMessage, Attempts: rec.Attempts,
 		Token: rec.Token, Fingerprint: rec.Fingerprint,
-		LeaseUntil: rec.LeaseUntil.UTC(), ExpiresAt: rec.ExpiresAt.UTC(), CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(),
+		ExpiresAt: rec.ExpiresAt.UTC(), CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(),
+	}
+	if rec.Status == idem.StatusInProgress {
+		lease := rec.LeaseUntil.UTC()
+		v.LeaseUntil = &lease
 	}
 	switch {
 	case rec.Result == nil:
@@ -128,13 +150,17 @@ func view(rec idem.Record, now time.Time) RecordView {
 	return v
 }
 
-// Record returns the record v was made from.
+// Record returns the record v was made from, but for the lease of a
+// record that is not IN_PROGRESS, which the view leaves out (zero).
 func (v RecordView) Record() (idem.Record, error) {
 	rec := idem.Record{
 		Key: v.Key, Status: v.Status, Retryable: v.Retryable, ErrorCode: v.ErrorCode, ErrorMessage: v.ErrorMessage,
 		Attempts: v.Attempts, Token: v.Token, Fingerprint: v.Fingerprint,
-		LeaseUntil: v.LeaseUntil, ExpiresAt: v.ExpiresAt, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
+		ExpiresAt: v.ExpiresAt, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
 		Audit: v.AuditRaw,
+	}
+	if v.LeaseUntil != nil {
+		rec.LeaseUntil = *v.LeaseUntil
 	}
 	switch {
 	case v.Result != nil:
@@ -158,7 +184,10 @@ func (v RecordView) Record() (idem.Record, error) {
 
 // PoisonView is a poison note as --json prints it.
 type PoisonView struct {
-	MessageID  string    `json:"message_id"`
+	MessageID string `json:"message_id"`
+	// Key is the key the message gave, where one was computed (a
+	// KEY_REUSED note names the record to look at).
+	Key        string    `json:"key,omitempty"`
 	Reason     idem.Code `json:"reason"`
 	Detail     string    `json:"detail"`
 	BodySHA256 string    `json:"body_sha256"`
@@ -168,7 +197,7 @@ type PoisonView struct {
 }
 
 func poisonView(p idem.Poison) PoisonView {
-	return PoisonView{MessageID: p.ID, Reason: p.Reason, Detail: p.Detail, BodySHA256: p.BodySHA256, BodySize: p.BodySize,
+	return PoisonView{MessageID: p.ID, Key: p.Key, Reason: p.Reason, Detail: p.Detail, BodySHA256: p.BodySHA256, BodySize: p.BodySize,
 		At: p.At.UTC(), ExpiresAt: p.ExpiresAt.UTC()}
 }
 
@@ -204,10 +233,18 @@ type GetView struct {
 
 // ResultView is one key's outcome in release and forget.
 type ResultView struct {
-	Key     string      `json:"key"`
-	Outcome string      `json:"outcome"` // released, forgotten, would_release, would_forget, refused, not_found
-	Detail  string      `json:"detail,omitempty"`
-	Record  *RecordView `json:"record,omitempty"` // after the write, or as found
+	Key     string `json:"key"`
+	Outcome string `json:"outcome"` // released, forgotten, would_release, would_forget, already_released, refused, not_found
+	Detail  string `json:"detail,omitempty"`
+	// RerunsSuccess marks a SUCCEEDED record: forgetting it lets its next
+	// delivery run the action again, a second side effect (forget does it
+	// only with --rerun-succeeded).
+	RerunsSuccess bool `json:"reruns_success,omitempty"`
+	// Resend marks a released permanent failure of an SQS event: its
+	// message was acknowledged and has left the queue, so it runs again
+	// only when the event is sent again.
+	Resend bool        `json:"resend,omitempty"`
+	Record *RecordView `json:"record,omitempty"` // after the write, or as found
 }
 
 // ResultsView is what release and forget print with --json.
@@ -224,14 +261,16 @@ type StatsView struct {
 	Until  time.Time     `json:"until"`
 	Counts []Count       `json:"counts"`
 	Cost   ddbstore.Cost `json:"cost"`
-	// NotCounted names what the listing left out (the index holds only
-	// FAILED records and poison notes).
-	NotCounted []idem.Status `json:"not_counted,omitempty"`
+	// NotCounted names the states the listing left out (the index holds
+	// only FAILED records and poison notes); stats --scan counts them.
+	NotCounted []string `json:"not_counted,omitempty"`
 }
 
-// Count is the number of records (or poison notes) of one status and code.
+// Count is the number of records (or poison notes) of one status, state
+// and code.
 type Count struct {
 	Status string    `json:"status"`
+	State  string    `json:"state"` // see States; "poison" for poison notes
 	Code   idem.Code `json:"code,omitempty"`
 	Count  int       `json:"count"`
 }

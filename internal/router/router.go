@@ -102,18 +102,25 @@ var (
 	webhookMetricNames = WebhookMetrics()
 )
 
-// Router dispatches invocations.
+// Router dispatches invocations. It is safe for concurrent use (Lambda
+// Managed Instances run several invocations at once in one process): its
+// fields are set once, before the first invocation; each invocation's
+// counts are its own.
 type Router struct {
 	SQS      *sqsbatch.Handler
 	HTTP     *httpapi.Handler
-	Function string    // the FunctionName dimension
-	Metrics  io.Writer // EMF documents go here (stdout in Lambda); nil writes none
-	Logger   *slog.Logger
-	Now      func() time.Time
+	Function string // the FunctionName dimension
+	// Metrics receives the EMF documents (stdout in Lambda), each in one
+	// Write: with concurrent invocations it must keep concurrent Writes
+	// whole, as an *os.File does. Nil writes none.
+	Metrics io.Writer
+	Logger  *slog.Logger
+	Now     func() time.Time
 	// FirstInvoke, if set, runs once per container, at the first
 	// invocation, with the time that invocation has: the function's
 	// timeout, which Lambda does not show at init. The wiring checks its
-	// configuration against it.
+	// configuration against it. Invocations that start meanwhile wait for
+	// it: it must be quick.
 	FirstInvoke func(ctx context.Context, timeout time.Duration)
 	// Secret, if set, is the signing secret, whose problems each SQS and
 	// HTTP document counts (including those of the read at init, in the

@@ -270,9 +270,14 @@ func TestPoisonMessagesAreRecordedAndAcknowledged(t *testing.T) {
 			t.Errorf("%s: poison note %v; want reason %s and a body digest", c.id, item, c.reason)
 		}
 		for name, v := range item {
-			if s, ok := v.(*typesS); ok && strings.Contains(s.Value, "notify") && name != "detail" {
+			if s, ok := v.(*typesS); ok && strings.Contains(s.Value, "notify") && name != "detail" && name != "event_key" {
 				t.Errorf("%s: attribute %s holds the body: %q", c.id, name, s.Value)
 			}
+		}
+		// The key, never the payload: only the reused key's note names it
+		// (the others gave no valid key).
+		if want := map[string]string{"p-reused": keyA}[c.id]; attrS(item, "event_key") != want {
+			t.Errorf("%s: event_key %q, want %q", c.id, attrS(item, "event_key"), want)
 		}
 	}
 	if n := h.down.Count(keyA); n != 1 {

@@ -77,7 +77,11 @@ type Counts struct {
 }
 
 // Source holds the live keys of one secret. It is safe for concurrent use:
-// the keys are behind the cache's mutex, the counts behind mu.
+// the keys are behind the cache's mutex, the counts behind mu. Under Lambda
+// Managed Instances one Source serves every invocation of the process, so
+// reads may overlap (a periodic refresh, and a Reload after a refused
+// signature): the cache keeps the keys of the read that began last among
+// those that succeeded, never an older read's that finished later.
 type Source struct {
 	api   API
 	id    string
@@ -133,9 +137,10 @@ func (s *Source) Load(ctx context.Context) error {
 func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.get(ctx) }
 
 // Reload reads the keys again now (the caller does this when a receiver
-// refuses a signature) and reports whether they differ from the keys held
-// before. A caller comparing with the keys it signed with must compare
-// those itself: another delivery may have reloaded first.
+// refuses a signature) and reports whether the keys held now differ from
+// those held when it was called. A caller comparing with the keys it
+// signed with must compare those itself: another delivery may have
+// reloaded first.
 //
 // It reads on every call, deliberately: a refusal right after a rotation
 // must see the new keys, or the event is stored as a permanent failure. A

@@ -257,6 +257,73 @@ func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 	}
 }
 
+// rotatingAPI serves one value as AWSCURRENT (no other stage), which the
+// test changes as a rotation would; an armed call reads the value, says so
+// on entered, and waits for hold before it answers.
+type rotatingAPI struct {
+	mu      sync.Mutex
+	value   string
+	armed   bool
+	entered chan struct{}
+	hold    chan struct{}
+}
+
+func (r *rotatingAPI) set(v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.value = v
+}
+
+func (r *rotatingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	if aws.ToString(in.VersionStage) != "AWSCURRENT" {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
+	}
+	r.mu.Lock()
+	v, wait := r.value, r.armed
+	r.armed = false
+	r.mu.Unlock()
+	if wait {
+		close(r.entered)
+		<-r.hold
+	}
+	return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(v)}, nil
+}
+
+// Two reads overlap (under Lambda Managed Instances, two invocations of one
+// process): the one that began first read the secret before a rotation and
+// finishes last. Its old key must not replace the new one the later read
+// stored, or every delivery is signed with the retired key until the next
+// refresh.
+func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
+	before, after := newSecretValue(), newSecretValue()
+	api := &rotatingAPI{value: before, entered: make(chan struct{}), hold: make(chan struct{})}
+	src := secretsource.New(api, "webhook", time.Hour, nil)
+	if err := src.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	api.mu.Lock()
+	api.armed = true
+	api.mu.Unlock()
+	slow := make(chan error)
+	go func() {
+		_, err := src.Reload(context.Background())
+		slow <- err
+	}()
+	<-api.entered // the slow read has the old value
+	api.set(after)
+	if changed, err := src.Reload(context.Background()); err != nil || !changed {
+		t.Fatalf("the later read: changed %v, %v; want the new key", changed, err)
+	}
+	close(api.hold)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	keys, err := src.Keys(context.Background())
+	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
+		t.Fatalf("keys after both reads: %d keys, %v; want only the new one (the older read finished last)", len(keys), err)
+	}
+}
+
 // parseWords is a Document parser for the tests: a value of words, or an
 // error that does not quote it.
 func parseWords(s string) ([]string, error) {

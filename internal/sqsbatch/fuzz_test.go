@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,8 @@ const canary = "c0ffee5eed5ca1ab1e"
 //   - no panic, and an answer for every record (no empty identifiers);
 //   - a message is acknowledged only when the store says what happened: a
 //     stored success, a stored permanent failure, or a poison note;
-//   - poison notes fit (bounded description) and never quote the body.
+//   - poison notes fit (bounded description), never quote the body, carry
+//     a reason from idem.PoisonReasons and name the key if one was computed.
 //
 // Run longer with: go test -run '^$' -fuzz FuzzRecords ./internal/sqsbatch/
 func FuzzRecords(f *testing.F) {
@@ -112,6 +114,14 @@ func FuzzRecords(f *testing.F) {
 				}
 				if sum := sha256.Sum256([]byte(body)); note.BodySHA256 != hex.EncodeToString(sum[:]) || note.BodySize != len(body) {
 					t.Fatalf("note %+v does not describe this body", note)
+				}
+				// Operators filter notes by reason against idem's list: a
+				// reason outside it would be refused as unknown.
+				if !slices.Contains(idem.PoisonReasons, note.Reason) {
+					t.Fatalf("note reason %s is not in idem.PoisonReasons %v", note.Reason, idem.PoisonReasons)
+				}
+				if note.Key != r.Key {
+					t.Fatalf("note names key %q, the record's result %q", note.Key, r.Key)
 				}
 			default:
 				rec, found, _ := fx.store.Get(context.Background(), r.Key, time.Now())

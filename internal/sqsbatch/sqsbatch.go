@@ -324,8 +324,9 @@ func (b *batch) run(ctx context.Context, req idem.Request, ev action.Event) (ide
 
 // poison stores a note about a message that cannot be processed as an
 // event, then acknowledges it. If the note cannot be stored, the message is
-// not acknowledged. The note holds the reason, a bounded description that
-// never quotes the body, and the body's digest and size.
+// not acknowledged. The note holds the reason, the key if one was computed,
+// a bounded description that never quotes the body, and the body's digest
+// and size.
 func (b *batch) poison(ctx context.Context, res Result, body []byte, why error) Result {
 	h := b.h
 	code, detail := idem.CodeInvalidPayload, why.Error()
@@ -339,7 +340,7 @@ func (b *batch) poison(ctx context.Context, res Result, body []byte, why error) 
 	sctx, cancel := h.o.Engine.Budget().StoreContext(ctx)
 	defer cancel()
 	err := h.o.Poison.RecordPoison(sctx, idem.Poison{
-		ID: res.MessageID, Reason: code, Detail: idem.Truncate(detail, idem.MaxPoisonDetail),
+		ID: res.MessageID, Key: res.Key, Reason: code, Detail: idem.Truncate(detail, idem.MaxPoisonDetail),
 		BodySHA256: hex.EncodeToString(sum[:]), BodySize: len(body),
 		At: now, ExpiresAt: now.Add(h.o.PoisonRetention),
 	})

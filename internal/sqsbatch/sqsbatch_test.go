@@ -139,6 +139,7 @@ func TestOutcomes(t *testing.T) {
 		code       idem.Code
 		ack        bool
 		visibility time.Duration
+		noteKey    string // the key a poison note names
 	}{
 		{name: "success", body: event("ok-00001", ""), label: idem.LabelExecuted, ack: true},
 		{name: "transient: backoff on the first receive", body: event("tr-00001", "transient"), label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 10 * time.Second},
@@ -161,7 +162,7 @@ func TestOutcomes(t *testing.T) {
 		{name: "no key", body: `{"action":"notify"}`, label: idem.LabelPoison, code: idem.CodeKeyMissing, ack: true},
 		{name: "ambiguous action", body: `{"id":"a1-col","action":"x:notify"}`, label: idem.LabelPoison, code: idem.CodeInvalidAction, ack: true},
 		{name: "too large", body: `{"id":"big-00001","action":"notify","pad":"` + strings.Repeat("x", 5000) + `"}`, label: idem.LabelPoison, code: idem.CodeTooLarge, ack: true},
-		{name: "key reused with another payload", body: event("ku-00001", "x"), label: idem.LabelPoison, code: idem.CodeKeyReused, ack: true,
+		{name: "key reused with another payload", body: event("ku-00001", "x"), label: idem.LabelPoison, code: idem.CodeKeyReused, ack: true, noteKey: "evt:ku-00001:notify",
 			setup: func(f *fixture) {
 				f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("ku-00001", "")}))
 			}},
@@ -190,8 +191,12 @@ func TestOutcomes(t *testing.T) {
 				t.Errorf("visibility requested %v (result %v); want %v", got, r.Visibility, tt.visibility)
 			}
 			if tt.label == idem.LabelPoison {
-				if _, ok, _ := f.store.GetPoison(context.Background(), "m1", time.Now()); !ok {
+				note, ok, _ := f.store.GetPoison(context.Background(), "m1", time.Now())
+				if !ok {
 					t.Errorf("acknowledged as poison without a stored note")
+				}
+				if note.Key != tt.noteKey {
+					t.Errorf("the poison note names key %q, want %q (the key, where one was computed)", note.Key, tt.noteKey)
 				}
 			}
 		})

@@ -46,7 +46,8 @@ type API interface {
 
 // Client is a Changer over the SQS API: one ChangeMessageVisibilityBatch
 // call per queue and ten messages. It has no endpoint logic (the SDK reads
-// AWS_ENDPOINT_URL_SQS) and no retry loop of its own.
+// AWS_ENDPOINT_URL_SQS) and no retry loop of its own. It is safe for
+// concurrent use (it keeps nothing between calls).
 type Client struct{ api API }
 
 // New returns a Client.

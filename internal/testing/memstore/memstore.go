@@ -98,7 +98,7 @@ func (s *Store) Forget(_ context.Context, prev idem.Record, f idem.Forget) (idem
 	if !ok && f.Token != "" && s.forgotten[prev.Key] == f.Token {
 		return clone(prev), true, nil // a re-send of a forget that happened
 	}
-	if !ok || old.Forgettable(f.Now) != nil {
+	if !ok || old.Forgettable(f.Now, f.RerunSucceeded) != nil {
 		return clone(old), false, nil
 	}
 	delete(s.records, prev.Key)

@@ -79,8 +79,10 @@ func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
 		{"ReleaseAuditTooLarge", testReleaseAuditTooLarge},
 		{"ReleaseRacingTakeOverHasOneWinner", testReleaseRace},
 		{"ReleaseResentIsRecognised", testReleaseResent},
+		{"ReleaseOfAReleasedRecordChangesNothing", testReleaseReleased},
 		{"ForgetDeletes", testForget},
 		{"ForgetLiveLeaseRefused", testForgetLive},
+		{"ForgetSucceededOnlyWithConsent", testForgetSucceeded},
 		{"ForgetIsCompareAndSwap", testForgetCAS},
 		{"ForgetResentIsRecognised", testForgetResent},
 	}
@@ -191,8 +193,9 @@ func testReleaseForced(t *testing.T, s OperatorStore) {
 	}
 }
 
-func testReleaseSucceeded(t *testing.T, s OperatorStore) {
-	now := base()
+// succeeded stores a success (result "done") and returns it as read back.
+func succeeded(t *testing.T, s idem.Store, now time.Time) idem.Record {
+	t.Helper()
 	r := reservation(t, uniqueKey(t), fpA, now)
 	mustReserve(t, s, r)
 	f := finish(r, now, 1)
@@ -200,7 +203,12 @@ func testReleaseSucceeded(t *testing.T, s OperatorStore) {
 	if err := s.Complete(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
-	prev := mustGet(t, s, r.Key, now)
+	return mustGet(t, s, r.Key, now)
+}
+
+func testReleaseSucceeded(t *testing.T, s OperatorStore) {
+	now := base()
+	prev := succeeded(t, s, now)
 	for _, force := range []bool{false, true} {
 		rel := release(t, now)
 		rel.Force = force
@@ -209,7 +217,7 @@ func testReleaseSucceeded(t *testing.T, s OperatorStore) {
 			t.Errorf("Release (force %v) of a SUCCEEDED record = %s, ok %v, err %v; want refused, SUCCEEDED returned", force, rec.Status, ok, err)
 		}
 	}
-	if got := mustGet(t, s, r.Key, now); got.Status != idem.StatusSucceeded || string(got.Result) != `"done"` {
+	if got := mustGet(t, s, prev.Key, now); got.Status != idem.StatusSucceeded || string(got.Result) != `"done"` {
 		t.Errorf("refused Release changed the record: %s %q", got.Status, got.Result)
 	}
 }
@@ -436,5 +444,48 @@ func testForgetResent(t *testing.T, s OperatorStore) {
 	}
 	if _, found, err := s.Get(context.Background(), prev.Key, now); err != nil || !found {
 		t.Errorf("the re-sent Forget deleted the new reservation: found %v, err %v", found, err)
+	}
+}
+
+// A release is idempotent: a released record waits for its next delivery,
+// and releasing it again (another operator, the same one twice) writes
+// nothing, where it used to give it a new token and a longer message.
+func testReleaseReleased(t *testing.T, s OperatorStore) {
+	now := base()
+	_, prev := failed(t, s, now, 1)
+	released, ok, err := s.Release(context.Background(), prev, release(t, now))
+	if err != nil || !ok {
+		t.Fatalf("Release = ok %v, err %v; want released", ok, err)
+	}
+	rec, ok, err := s.Release(context.Background(), released, release(t, now.Add(time.Second)))
+	if err != nil || ok {
+		t.Fatalf("Release of the released record = ok %v, err %v; want refused (nothing to do)", ok, err)
+	}
+	if diff := cmp.Diff(released, rec); diff != "" {
+		t.Errorf("refused Release returned (-released +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(released, mustGet(t, s, prev.Key, now)); diff != "" {
+		t.Errorf("the record after a second release (-released +stored):\n%s", diff)
+	}
+}
+
+// Forgetting a SUCCEEDED record lets its next delivery run the action a
+// second time: the store refuses it unless the request consents
+// (Forget.RerunSucceeded), and keeps the record.
+func testForgetSucceeded(t *testing.T, s OperatorStore) {
+	now := base()
+	prev := succeeded(t, s, now)
+	rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why"})
+	if err != nil || ok || rec.Status != idem.StatusSucceeded {
+		t.Fatalf("Forget of a SUCCEEDED record without consent = %s, ok %v, err %v; want refused, the record returned", rec.Status, ok, err)
+	}
+	if got := mustGet(t, s, prev.Key, now); string(got.Result) != `"done"` {
+		t.Fatalf("the refused Forget changed the record: %q", got.Result)
+	}
+	if _, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why", RerunSucceeded: true}); err != nil || !ok {
+		t.Fatalf("Forget of a SUCCEEDED record with consent = ok %v, err %v; want forgotten", ok, err)
+	}
+	if _, found, err := s.Get(context.Background(), prev.Key, now); err != nil || found {
+		t.Errorf("Get after the consented Forget = found %v, err %v; want not found", found, err)
 	}
 }

@@ -702,24 +702,29 @@ func testExpiredNotTakenOver(t *testing.T, s idem.Store) {
 	}
 }
 
-// RunPoisonTests checks a store's poison notes: stored with every field,
-// stored again without error for a redelivered message, read back, and gone
+// RunPoisonTests checks a store's poison notes: stored with every field
+// (the key too, when the note has one), stored again without error for a redelivered message, read back, and gone
 // once expired.
 func RunPoisonTests(t *testing.T, p idem.PoisonStore) {
 	now := base()
 	note := idem.Poison{ID: "msg-" + token(t), Reason: "NOT_JSON", Detail: "the body is not JSON: syntax error at byte 1",
 		BodySHA256: fpA, BodySize: 17, At: now, ExpiresAt: now.Add(time.Hour)}
-	for i := range 2 {
-		if err := p.RecordPoison(context.Background(), note); err != nil {
-			t.Fatalf("RecordPoison #%d: %v", i+1, err)
+	// A key reused with another payload: the note names the key.
+	reused := idem.Poison{ID: "msg-" + token(t), Key: uniqueKey(t), Reason: idem.CodeKeyReused, Detail: "the key is already used with a different payload",
+		BodySHA256: fpB, BodySize: 40, At: now, ExpiresAt: now.Add(time.Hour)}
+	for _, n := range []idem.Poison{note, reused} {
+		for i := range 2 {
+			if err := p.RecordPoison(context.Background(), n); err != nil {
+				t.Fatalf("RecordPoison #%d: %v", i+1, err)
+			}
 		}
-	}
-	got, ok, err := p.GetPoison(context.Background(), note.ID, now)
-	if err != nil || !ok {
-		t.Fatalf("GetPoison = found %v, err %v; want the note", ok, err)
-	}
-	if diff := cmp.Diff(note, got); diff != "" {
-		t.Errorf("note read back (-want +got):\n%s", diff)
+		got, ok, err := p.GetPoison(context.Background(), n.ID, now)
+		if err != nil || !ok {
+			t.Fatalf("GetPoison = found %v, err %v; want the note", ok, err)
+		}
+		if diff := cmp.Diff(n, got); diff != "" {
+			t.Errorf("note read back (-want +got):\n%s", diff)
+		}
 	}
 	if _, ok, err := p.GetPoison(context.Background(), "msg-"+token(t), now); err != nil || ok {
 		t.Errorf("GetPoison of an unknown id = found %v, err %v; want not found", ok, err)

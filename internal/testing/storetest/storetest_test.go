@@ -22,8 +22,8 @@ func TestRunStoreTestsOnMemstore(t *testing.T) {
 	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return memstore.New() }})
 	s := memstore.New()
 	storetest.RunPoisonTests(t, s)
-	if len(s.Poisons()) != 1 {
-		t.Errorf("poison notes %v; want 1", s.Poisons())
+	if len(s.Poisons()) != 2 {
+		t.Errorf("poison notes %v; want the suite's 2 (each stored twice, kept once)", s.Poisons())
 	}
 	storetest.RunOperatorTests(t, func(*testing.T) storetest.OperatorStore { return memstore.New() })
 }
@@ -75,6 +75,10 @@ var broken = map[string]struct {
 		mustFail: []string{"TakeOverIsCompareAndSwap"}},
 	"forgets-its-own-writes": {store: func() idem.Store { return forgetsOwnWrites{memstore.New()} },
 		mustFail: []string{"ReleaseResentIsRecognised", "ForgetResentIsRecognised"}},
+	"re-releases": {store: func() idem.Store { return reReleases{memstore.New()} },
+		mustFail: []string{"ReleaseOfAReleasedRecordChangesNothing"}},
+	"forgets-successes": {store: func() idem.Store { return forgetsSuccesses{memstore.New()} },
+		mustFail: []string{"ForgetSucceededOnlyWithConsent"}},
 }
 
 func TestBrokenStore(t *testing.T) {
@@ -461,4 +465,33 @@ func (s claimableOnly) TakeOver(ctx context.Context, prev idem.Record, r idem.Re
 		return cur, false, err
 	}
 	return s.Store.TakeOver(ctx, cur, r)
+}
+
+// reReleases releases a released record again, as a store that checks the
+// compare-and-swap but not the release rule would: a new token, a longer
+// message.
+type reReleases struct{ *memstore.Store }
+
+func (s reReleases) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	cur, ok, err := s.Store.Get(ctx, prev.Key, r.Now)
+	if err != nil || !ok || cur.ErrorCode != idem.CodeReleased || cur.Token != prev.Token {
+		return s.Store.Release(ctx, prev, r)
+	}
+	res := idem.Reservation{Key: cur.Key, Fingerprint: cur.Fingerprint, Token: r.Token, Now: r.Now, LeaseUntil: r.Now, ExpiresAt: cur.ExpiresAt}
+	if _, ok, err := s.Store.TakeOver(ctx, cur, res); err != nil || !ok {
+		return cur, false, err
+	}
+	again := cur.Released(r)
+	err = s.Store.Fail(ctx, idem.Finish{Key: cur.Key, Token: r.Token, Now: r.Now, ExpiresAt: cur.ExpiresAt,
+		ErrorCode: idem.CodeReleased, ErrorMessage: again.ErrorMessage, Retryable: true})
+	return again, err == nil, err
+}
+
+// forgetsSuccesses forgets SUCCEEDED records without the operator's
+// consent, so that their next delivery runs the action twice.
+type forgetsSuccesses struct{ *memstore.Store }
+
+func (s forgetsSuccesses) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	f.RerunSucceeded = true
+	return s.Store.Forget(ctx, prev, f)
 }
