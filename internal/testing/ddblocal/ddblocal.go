@@ -26,6 +26,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/testing/faults"
+	"github.com/oncely/oncely/internal/testing/sdkhttp"
 )
 
 // TB is the part of testing.TB the helpers use.
@@ -131,17 +133,21 @@ func (c *Counter) Middleware() func(*middleware.Stack) error {
 }
 
 // Config returns an SDK config for a local server at endpoint, with dummy
-// credentials. transport may be nil.
+// credentials. transport may be nil (the SDK's default client). The HTTP
+// client hands the transport its own copy of each request body
+// (sdkhttp): without it, a call the server answered is sent again now and
+// then on a busy machine.
 func Config(endpoint string, transport http.RoundTripper) aws.Config {
-	cfg := aws.Config{
+	var next aws.HTTPClient = awshttp.NewBuildableClient()
+	if transport != nil {
+		next = &http.Client{Transport: transport}
+	}
+	return aws.Config{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		BaseEndpoint: aws.String(endpoint),
+		HTTPClient:   sdkhttp.New(next),
 	}
-	if transport != nil {
-		cfg.HTTPClient = &http.Client{Transport: transport}
-	}
-	return cfg
 }
 
 // Client returns a DynamoDB client for cfg whose calls are counted.

@@ -26,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/oncely/oncely/internal/testing/samtemplate"
+	"github.com/oncely/oncely/internal/testing/sdkhttp"
 )
 
 // Environment variables the tests read.
@@ -74,10 +75,12 @@ func Endpoint(t TB) string {
 }
 
 // Client returns an SQS client for the server at endpoint, with dummy
-// credentials, signing for Region. Each retry the SDK makes is logged to
-// stderr (shown when a test fails): a call the server ran before the error
-// runs twice (a second copy of a send; a receive that finds nothing because
-// the first attempt took the message).
+// credentials, signing for Region. Its HTTP client hands the transport its
+// own copy of each request body (sdkhttp): without it, on a busy machine,
+// the SDK now and then sent again a call the server had answered (a second
+// copy of a send; a receive that found nothing because the first attempt
+// took the message). Each retry the SDK still makes is logged to stderr
+// (shown when a test fails), with its error.
 func Client(endpoint string) *sqs.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 64, 64
@@ -85,7 +88,7 @@ func Client(endpoint string) *sqs.Client {
 		Region:       Region,
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		BaseEndpoint: aws.String(endpoint),
-		HTTPClient:   &http.Client{Transport: t},
+		HTTPClient:   sdkhttp.New(&http.Client{Transport: t}),
 		Retryer:      func() aws.Retryer { return loggedRetryer{retry.NewStandard()} },
 	})
 }
