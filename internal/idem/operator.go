@@ -30,20 +30,31 @@ var (
 	// next delivery run a completed action a second time: a duplicate side
 	// effect. Forget.RerunSucceeded is the operator's consent to that.
 	ErrRerunsSuccess = errors.New("the record is SUCCEEDED: forgetting it lets its next delivery run the action again")
+	// ErrOutcomeUnknown: the record is FAILED with CodeOutcomeUnknown: its
+	// action sent a side effect and never learnt whether it happened.
+	// Releasing or forgetting it lets the next delivery send it again,
+	// perhaps a second time; Release.Force or Forget.RerunSucceeded is the
+	// operator's consent to that.
+	ErrOutcomeUnknown = errors.New("the record's outcome is unknown: its action may have had its side effect")
 )
 
 // Releasable reports whether an operator may release r at now, or why not
-// (an error matching ErrNotReleasable, ErrAlreadyReleased or ErrLeaseLive).
-// A FAILED record may be released (permanent, exhausted, or retryable with
-// its attempts reset) unless it is released already, so that a release is
-// idempotent; an IN_PROGRESS one once its lease has ended, or with force
-// while it is live (the owner, if still running, is then fenced off, and
-// its side effect may happen twice). A SUCCEEDED record never.
+// (an error matching ErrNotReleasable, ErrAlreadyReleased, ErrLeaseLive or
+// ErrOutcomeUnknown). A FAILED record may be released (permanent,
+// exhausted, or retryable with its attempts reset) unless it is released
+// already, so that a release is idempotent, and unless its outcome is
+// unknown, which needs force (its side effect may have happened, and may
+// then happen twice); an IN_PROGRESS one once its lease has ended, or with
+// force while it is live (the owner, if still running, is then fenced off,
+// and its side effect may happen twice). A SUCCEEDED record never.
 func (r Record) Releasable(now time.Time, force bool) error {
 	switch r.Status {
 	case StatusFailed:
-		if r.ErrorCode == CodeReleased {
+		switch {
+		case r.ErrorCode == CodeReleased:
 			return ErrAlreadyReleased
+		case r.ErrorCode == CodeOutcomeUnknown && !force:
+			return ErrOutcomeUnknown
 		}
 		return nil
 	case StatusInProgress:
@@ -63,13 +74,17 @@ func (r Record) Releasable(now time.Time, force bool) error {
 // duplicate reserved the key afresh, and but a SUCCEEDED one unless
 // rerunSucceeded (an error matching ErrRerunsSuccess): the next delivery of
 // a forgotten event runs its action, so forgetting a success repeats its
-// side effect, which only the operator's named choice may do.
+// side effect, which only the operator's named choice may do. The same
+// consent covers a FAILED record whose outcome is unknown (an error
+// matching ErrOutcomeUnknown): its action may have succeeded.
 func (r Record) Forgettable(now time.Time, rerunSucceeded bool) error {
 	switch {
 	case r.Status == StatusInProgress && !r.Claimable(now):
 		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
 	case r.Status == StatusSucceeded && !rerunSucceeded:
 		return ErrRerunsSuccess
+	case r.Status == StatusFailed && r.ErrorCode == CodeOutcomeUnknown && !rerunSucceeded:
+		return ErrOutcomeUnknown
 	}
 	return nil
 }
@@ -78,7 +93,7 @@ func (r Record) Forgettable(now time.Time, rerunSucceeded bool) error {
 type Release struct {
 	Token string    // a fresh token: the previous owner, if still running, is fenced off
 	Now   time.Time // the operator's clock, which judges the lease and expiry
-	Force bool      // release an IN_PROGRESS record whose lease is live
+	Force bool      // release although the side effect may happen twice: an IN_PROGRESS record whose lease is live, or a FAILED one whose outcome is unknown
 	Audit string    // the record's audit after the release; at most MaxAudit bytes
 }
 
@@ -126,8 +141,9 @@ type Forget struct {
 	Token string    // names this forget, so that a re-send of it can find it (see Operator); empty: no re-send is recognised
 	Now   time.Time // the operator's clock, which judges the lease and expiry
 	Audit string    // who and why; a store may keep it in a note once the record is gone
-	// RerunSucceeded consents to forgetting a SUCCEEDED record, whose
-	// next delivery then runs the action again (see Forgettable).
+	// RerunSucceeded consents to forgetting a SUCCEEDED record, or a FAILED
+	// one whose outcome is unknown, whose next delivery then runs the action
+	// again (see Forgettable).
 	RerunSucceeded bool
 }
 

@@ -32,6 +32,8 @@ func TestReleasableAndForgettable(t *testing.T) {
 		{"succeeded forced", idem.Record{Status: idem.StatusSucceeded}, true, idem.ErrNotReleasable, false, ""},
 		{"released already", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeReleased, Retryable: true}, false, idem.ErrAlreadyReleased, true, ""},
 		{"released already forced", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeReleased, Retryable: true}, true, idem.ErrAlreadyReleased, true, ""},
+		{"outcome unknown", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeOutcomeUnknown}, false, idem.ErrOutcomeUnknown, false, ""},
+		{"outcome unknown forced", idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeOutcomeUnknown}, true, nil, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +72,26 @@ func TestForgettingASuccessNeedsConsent(t *testing.T) {
 		if err := failed.Forgettable(now, rerun); err != nil {
 			t.Errorf("Forgettable(FAILED, rerun %v) = %v, want nil", rerun, err)
 		}
+	}
+}
+
+// TestAnUnknownOutcomeNeedsConsent: an OUTCOME_UNKNOWN failure's action
+// may have had its side effect, so neither a release nor a forget lets its
+// next delivery send it again without the operator's consent.
+func TestAnUnknownOutcomeNeedsConsent(t *testing.T) {
+	now := time.UnixMilli(1_780_000_000_123)
+	unknown := idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeOutcomeUnknown}
+	if err := unknown.Releasable(now, false); !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Errorf("Releasable(OUTCOME_UNKNOWN, force false) = %v, want ErrOutcomeUnknown", err)
+	}
+	if err := unknown.Forgettable(now, false); !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Errorf("Forgettable(OUTCOME_UNKNOWN, rerun false) = %v, want ErrOutcomeUnknown", err)
+	}
+	if err := unknown.Releasable(now, true); err != nil {
+		t.Errorf("Releasable(OUTCOME_UNKNOWN, force true) = %v, want nil", err)
+	}
+	if err := unknown.Forgettable(now, true); err != nil {
+		t.Errorf("Forgettable(OUTCOME_UNKNOWN, rerun true) = %v, want nil", err)
 	}
 }
 

@@ -83,6 +83,7 @@ func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
 		{"ForgetDeletes", testForget},
 		{"ForgetLiveLeaseRefused", testForgetLive},
 		{"ForgetSucceededOnlyWithConsent", testForgetSucceeded},
+		{"UnknownOutcomeOnlyWithConsent", testUnknownOutcome},
 		{"ForgetIsCompareAndSwap", testForgetCAS},
 		{"ForgetResentIsRecognised", testForgetResent},
 	}
@@ -487,5 +488,34 @@ func testForgetSucceeded(t *testing.T, s OperatorStore) {
 	}
 	if _, found, err := s.Get(context.Background(), prev.Key, now); err != nil || found {
 		t.Errorf("Get after the consented Forget = found %v, err %v; want not found", found, err)
+	}
+}
+
+// testUnknownOutcome: an OUTCOME_UNKNOWN failure's action may have had its
+// side effect, so a release needs Force and a forget RerunSucceeded; each
+// refusal leaves the record as it was.
+func testUnknownOutcome(t *testing.T, s OperatorStore) {
+	now := base()
+	r := reservation(t, uniqueKey(t), fpA, now)
+	mustReserve(t, s, r)
+	f := finish(r, now, 1)
+	f.ErrorCode, f.ErrorMessage = idem.CodeOutcomeUnknown, "sent; no reply"
+	if err := s.Fail(context.Background(), f); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	prev := mustGet(t, s, r.Key, now)
+	if rec, ok, err := s.Release(context.Background(), prev, release(t, now)); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record without Force = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
+	}
+	if rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why"}); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("Forget of an OUTCOME_UNKNOWN record without consent = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
+	}
+	if got := mustGet(t, s, r.Key, now); got.ErrorCode != idem.CodeOutcomeUnknown || got.Token != prev.Token {
+		t.Fatalf("the refusals changed the record: %s %s", got.Status, got.ErrorCode)
+	}
+	rel := release(t, now)
+	rel.Force = true
+	if rec, ok, err := s.Release(context.Background(), prev, rel); err != nil || !ok || rec.ErrorCode != idem.CodeReleased {
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record with Force = %s %s, ok %v, err %v; want released", rec.Status, rec.ErrorCode, ok, err)
 	}
 }

@@ -79,6 +79,8 @@ var broken = map[string]struct {
 		mustFail: []string{"ReleaseOfAReleasedRecordChangesNothing"}},
 	"forgets-successes": {store: func() idem.Store { return forgetsSuccesses{memstore.New()} },
 		mustFail: []string{"ForgetSucceededOnlyWithConsent"}},
+	"ignores-unknown-outcomes": {store: func() idem.Store { return ignoresUnknownOutcomes{memstore.New()} },
+		mustFail: []string{"UnknownOutcomeOnlyWithConsent"}},
 }
 
 func TestBrokenStore(t *testing.T) {
@@ -493,5 +495,19 @@ type forgetsSuccesses struct{ *memstore.Store }
 
 func (s forgetsSuccesses) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
 	f.RerunSucceeded = true
+	return s.Store.Forget(ctx, prev, f)
+}
+
+// ignoresUnknownOutcomes releases and forgets an OUTCOME_UNKNOWN record as
+// if the operator had consented.
+type ignoresUnknownOutcomes struct{ *memstore.Store }
+
+func (s ignoresUnknownOutcomes) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	r.Force = r.Force || prev.ErrorCode == idem.CodeOutcomeUnknown
+	return s.Store.Release(ctx, prev, r)
+}
+
+func (s ignoresUnknownOutcomes) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	f.RerunSucceeded = f.RerunSucceeded || prev.ErrorCode == idem.CodeOutcomeUnknown
 	return s.Store.Forget(ctx, prev, f)
 }
