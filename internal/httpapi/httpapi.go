@@ -150,7 +150,7 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	// The action gets the scoped key: a downstream de-duplicating on it must
 	// not merge two callers who chose the same Idempotency-Key.
 	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
-	out, _ := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
+	out := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
 	res := Result{Label: out.Label(), Key: key, Attempts: out.Attempts}
 	if out.Err != nil {
 		res.Code, res.Error = out.Err.Code, out.Err.Detail()
