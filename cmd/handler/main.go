@@ -211,7 +211,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 			// Bounded well inside Lambda's 10 s init limit, so that a hanging
 			// Secrets Manager gives this line, not an init timeout.
 			lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
-			err := keys.Load(lctx)
+			_, err := keys.Reload(lctx)
 			cancel()
 			if err != nil {
 				return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
