@@ -205,25 +205,30 @@ func (e *Engine) reservation(ctx context.Context, req Request, now time.Time) (R
 
 // reserve makes this call the owner of res.Key: it writes the reservation
 // or takes an ended owner's record over. When it reports false, the call
-// ends with the outcome it returns: a replay, a refusal or a store error.
+// ends with the outcome it returns: a replay, a refusal or a store error
+// (with the attempt count of the last record it met).
 func (e *Engine) reserve(ctx, sctx context.Context, res Reservation) (Record, Outcome, bool) {
+	out := Outcome{Key: res.Key}
 	// Reserve before any work starts: a duplicate arriving from now on must
 	// see IN_PROGRESS, not an empty slot.
 	rec, acquired, err := e.o.Store.Reserve(sctx, res)
 	for round := 0; !acquired; round++ {
 		if err != nil {
-			return rec, Outcome{Key: res.Key, Err: e.storeError(ctx, "reserve", res.Key, err)}, false
+			out.Err = e.storeError(ctx, "reserve", res.Key, err)
+			return rec, out, false
 		}
 		if round == maxReserveRounds {
 			// Contention beyond reason; the caller retries later.
-			return rec, Outcome{Key: res.Key, Err: &Error{Code: CodeInProgress, Message: "the key changed hands repeatedly while reserving it", Retryable: true}}, false
+			out.Err = &Error{Code: CodeInProgress, Message: "the key changed hands repeatedly while reserving it", Retryable: true}
+			return rec, out, false
 		}
 		if rec.Key == "" {
 			// The record vanished (retention ended) between two calls.
 			rec, acquired, err = e.o.Store.Reserve(sctx, res)
 			continue
 		}
-		if out, ended := e.existing(rec, res); ended {
+		var ended bool
+		if out, ended = e.existing(out, rec, res); ended {
 			return rec, out, false
 		}
 		// Compare-and-swap on the previous owner's token: of racing
@@ -231,17 +236,18 @@ func (e *Engine) reserve(ctx, sctx context.Context, res Reservation) (Record, Ou
 		rec, acquired, err = e.o.Store.TakeOver(sctx, rec, res)
 	}
 	if err != nil {
-		return rec, Outcome{Key: res.Key, Err: e.storeError(ctx, "reserve", res.Key, err)}, false
+		out.Err = e.storeError(ctx, "reserve", res.Key, err)
+		return rec, out, false
 	}
-	return rec, Outcome{}, true
+	return rec, out, true
 }
 
-// existing decides what a call meets in another owner's live record rec: a
-// replay (SUCCEEDED, permanent FAILED) or a refusal (KEY_REUSED, a live
-// IN_PROGRESS lease), reported with true; or, with false, a record that
-// may be taken over (an ended lease, a retryable failure).
-func (e *Engine) existing(rec Record, res Reservation) (Outcome, bool) {
-	out := Outcome{Key: res.Key}
+// existing decides what a call meets in another owner's live record rec,
+// completing out: a replay (SUCCEEDED, permanent FAILED) or a refusal
+// (KEY_REUSED, a live IN_PROGRESS lease), reported with true; or, with
+// false, a record that may be taken over (an ended lease, a retryable
+// failure).
+func (e *Engine) existing(out Outcome, rec Record, res Reservation) (Outcome, bool) {
 	if rec.Fingerprint != res.Fingerprint {
 		out.Err = &Error{Code: CodeKeyReused, Message: "the key is already used with a different payload"}
 		return out, true
