@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"time"
 
@@ -43,61 +42,6 @@ const (
 	// AttrForgottenStatus is the status the forgotten record had.
 	AttrForgottenStatus = "forgotten_status"
 )
-
-type triageKind string
-
-const (
-	triageFailed triageKind = "FAILED"
-	triagePoison triageKind = "POISON"
-)
-
-// shardOf spreads ids over the triage shards (FNV-1a).
-func shardOf(id string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id)) // a hash never fails to write
-	return int(h.Sum32() % TriageShards)
-}
-
-func (s *Store) triagePK(kind triageKind, shard int) string {
-	return fmt.Sprintf("%s#%s#%d", s.namespace, kind, shard)
-}
-
-func triageSortKey(at time.Time, id string) string {
-	return fmt.Sprintf("%013d#%s", at.UnixMilli(), id)
-}
-
-// triageKey returns the triage index's key for an item of kind about id
-// (a record's key or a poison note's message id) written at at.
-func (s *Store) triageKey(kind triageKind, id string, at time.Time) (pk, sk types.AttributeValue) {
-	return str(s.triagePK(kind, shardOf(id))), str(triageSortKey(at, id))
-}
-
-// item encodes a record without a result (IN_PROGRESS, or FAILED): the
-// inverse of decode for those records. TakeOver and Release write whole
-// items with it. A FAILED record gets the triage index's key.
-func (s *Store) item(rec idem.Record) map[string]types.AttributeValue {
-	item := map[string]types.AttributeValue{
-		AttrPK:          str(s.pk(rec.Key)),
-		AttrStatus:      str(string(rec.Status)),
-		AttrFingerprint: str(rec.Fingerprint),
-		AttrAttempts:    n(int64(rec.Attempts)),
-		AttrToken:       str(rec.Token),
-		AttrLeaseUntil:  ms(rec.LeaseUntil),
-		AttrExpiresAt:   n(epochSeconds(rec.ExpiresAt)),
-		AttrCreatedAt:   ms(rec.CreatedAt),
-		AttrUpdatedAt:   ms(rec.UpdatedAt),
-	}
-	if rec.Status == idem.StatusFailed {
-		item[AttrErrorCode] = str(string(rec.ErrorCode))
-		item[AttrErrorMsg] = str(rec.ErrorMessage)
-		item[AttrRetryable] = &types.AttributeValueMemberBOOL{Value: rec.Retryable}
-		item[AttrTriage], item[AttrTriageSK] = s.triageKey(triageFailed, rec.Key, rec.UpdatedAt)
-	}
-	if rec.Audit != "" {
-		item[AttrAudit] = str(rec.Audit)
-	}
-	return item
-}
 
 // AdminClient is the part of *dynamodb.Client that Admin uses.
 type AdminClient interface {
@@ -289,8 +233,6 @@ func (a *Admin) found(ctx context.Context, item map[string]types.AttributeValue,
 	}
 	return rec, nil
 }
-
-func (s *Store) forgottenPK(key string) string { return s.namespace + "#forgotten#" + key }
 
 // Forget implements idem.Operator: one TransactWriteItems that deletes the
 // record, conditional on the record the operator saw, and leaves a forget

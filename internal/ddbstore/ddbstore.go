@@ -15,17 +15,12 @@
 package ddbstore
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -106,18 +101,6 @@ func New(client Client, table, namespace string) (*Store, error) {
 // Table returns the table name.
 func (s *Store) Table() string { return s.table }
 
-func (s *Store) pk(key string) string { return s.namespace + "#" + key }
-
-// names maps the expression placeholders to attribute names; several of
-// them (status, token) are DynamoDB reserved words.
-func names(attrs ...string) map[string]string {
-	m := make(map[string]string, len(attrs))
-	for _, a := range attrs {
-		m["#"+a] = a
-	}
-	return m
-}
-
 // condition is a condition expression with the names and values it uses.
 type condition struct {
 	expr   string
@@ -150,25 +133,6 @@ func (c condition) and(rule string, attrs []string, values map[string]types.Attr
 	}
 	maps.Copy(c.values, values)
 	return c
-}
-
-func n(v int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-}
-func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func ms(t time.Time) types.AttributeValue {
-	return n(t.UnixMilli())
-}
-
-// epochSeconds rounds up, so that retention is never shortened. Expiry is
-// then "now >= expires_at", which holds exactly when floor(now) >= expires_at:
-// conditions compare against floor(now) in seconds.
-func epochSeconds(t time.Time) int64 {
-	s := t.Unix()
-	if t.After(time.Unix(s, 0)) {
-		s++
-	}
-	return s
 }
 
 // Reserve implements idem.Store with one conditional PutItem.
@@ -390,8 +354,6 @@ func (s *Store) Probe(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
-
 // RecordPoison implements idem.PoisonRecorder: a note under
 // "<namespace>#poison#<id>" with the reason, the key if the message gave
 // one, a bounded description and the body's SHA-256 and size, never the body. Its size is bounded whatever the
@@ -441,148 +403,4 @@ func (s *Store) GetPoison(ctx context.Context, id string, now time.Time) (idem.P
 		return idem.Poison{}, false, err
 	}
 	return p, true, nil
-}
-
-// decodePoison reads a poison note item.
-func decodePoison(item map[string]types.AttributeValue, namespace string) (idem.Poison, error) {
-	d := decoder{item: item}
-	pk := d.s(AttrPK)
-	p := idem.Poison{
-		ID:         strings.TrimPrefix(pk, namespace+"#poison#"),
-		Key:        d.s(AttrPoisonKey),
-		Reason:     idem.Code(d.s(AttrReason)),
-		Detail:     d.s(AttrDetail),
-		BodySHA256: d.s(AttrBodySHA256),
-		BodySize:   int(d.n(AttrBodySize)),
-		At:         time.UnixMilli(d.n(AttrCreatedAt)),
-		ExpiresAt:  time.Unix(d.n(AttrExpiresAt), 0),
-	}
-	if d.err != nil {
-		return idem.Poison{}, idem.Permanent(fmt.Errorf("ddbstore: malformed poison note %q: %w", pk, d.err))
-	}
-	return p, nil
-}
-
-// encodeResult stores a result as S when it is valid UTF-8 (readable by
-// operators; JSON always is), as B otherwise, and gzipped as B from
-// CompressAbove bytes on. It enforces the item size limit.
-func encodeResult(result []byte, keyLen int) (types.AttributeValue, string, error) {
-	if len(result) <= CompressAbove {
-		if utf8.Valid(result) {
-			return str(string(result)), encodingNone, nil
-		}
-		return &types.AttributeValueMemberB{Value: result}, encodingNone, nil
-	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	_, _ = zw.Write(result) // writes to a bytes.Buffer do not fail
-	_ = zw.Close()
-	if limit := MaxItemBytes - itemOverhead - keyLen; buf.Len() > limit {
-		return nil, "", idem.PermanentCode(idem.CodeResultTooLarge,
-			fmt.Errorf("result is %d bytes (%d gzipped); a record holds at most %d bytes (DynamoDB's 400 KB item limit)", len(result), buf.Len(), limit))
-	}
-	return &types.AttributeValueMemberB{Value: buf.Bytes()}, encodingGzip, nil
-}
-
-func decodeResult(b []byte, enc string) ([]byte, error) {
-	switch enc {
-	case encodingNone, "":
-		return b, nil
-	case encodingGzip:
-		zr, err := gzip.NewReader(bytes.NewReader(b))
-		if err != nil {
-			return nil, err
-		}
-		return io.ReadAll(zr)
-	default:
-		return nil, fmt.Errorf("unknown result encoding %q", enc)
-	}
-}
-
-// decode reads a record item. A malformed item is a permanent error naming
-// the attribute: it means the table is shared with something else.
-func decode(item map[string]types.AttributeValue, namespace string) (idem.Record, error) {
-	d := decoder{item: item}
-	pk := d.s(AttrPK)
-	rec := idem.Record{
-		Key:          strings.TrimPrefix(pk, namespace+"#"),
-		Status:       idem.Status(d.s(AttrStatus)),
-		Fingerprint:  d.s(AttrFingerprint),
-		Attempts:     int(d.n(AttrAttempts)),
-		Token:        d.s(AttrToken),
-		LeaseUntil:   time.UnixMilli(d.n(AttrLeaseUntil)),
-		ExpiresAt:    time.Unix(d.n(AttrExpiresAt), 0),
-		ErrorCode:    idem.Code(d.s(AttrErrorCode)),
-		ErrorMessage: d.s(AttrErrorMsg),
-		CreatedAt:    time.UnixMilli(d.n(AttrCreatedAt)),
-		UpdatedAt:    time.UnixMilli(d.n(AttrUpdatedAt)),
-		Audit:        d.s(AttrAudit),
-	}
-	if v, ok := item[AttrRetryable].(*types.AttributeValueMemberBOOL); ok {
-		rec.Retryable = v.Value
-	}
-	if v, ok := item[AttrResult]; ok {
-		var raw []byte
-		switch v := v.(type) {
-		case *types.AttributeValueMemberB:
-			raw = v.Value
-		case *types.AttributeValueMemberS:
-			raw = []byte(v.Value)
-		default:
-			d.bad(AttrResult, "B or S")
-		}
-		if d.err == nil {
-			res, err := decodeResult(raw, d.s(AttrResultEnc))
-			if err != nil {
-				d.err = fmt.Errorf("attribute %s: %w", AttrResult, err)
-			}
-			if res == nil {
-				res = []byte{}
-			}
-			rec.Result = res
-		}
-	}
-	if d.err != nil {
-		return idem.Record{}, idem.Permanent(fmt.Errorf("ddbstore: malformed record %q: %w", pk, d.err))
-	}
-	return rec, nil
-}
-
-type decoder struct {
-	item map[string]types.AttributeValue
-	err  error
-}
-
-func (d *decoder) bad(attr, want string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("attribute %s is not %s", attr, want)
-	}
-}
-
-func (d *decoder) s(attr string) string {
-	switch v := d.item[attr].(type) {
-	case nil:
-		return ""
-	case *types.AttributeValueMemberS:
-		return v.Value
-	default:
-		d.bad(attr, "a string (S)")
-		return ""
-	}
-}
-
-func (d *decoder) n(attr string) int64 {
-	switch v := d.item[attr].(type) {
-	case nil:
-		return 0
-	case *types.AttributeValueMemberN:
-		i, err := strconv.ParseInt(v.Value, 10, 64)
-		if err != nil {
-			d.bad(attr, "an integer (N)")
-		}
-		return i
-	default:
-		d.bad(attr, "a number (N)")
-		return 0
-	}
 }
