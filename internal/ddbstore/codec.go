@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,11 +17,22 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 )
 
-// This file is the table's one codec: the keys, the items every write
-// sends, the decoding of every item a read returns, and the triage index's
-// key. A new attribute is added here once, for its write and its read.
+// This file is the table's one codec: the keys, the items and updates
+// every write sends, the expression names every request uses, the decoding
+// of every item a read returns, and the triage index's key. A new attribute
+// is added here once, for its write and its read.
 
 func (s *Store) pk(key string) string { return s.namespace + "#" + key }
+
+func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
+
+func (s *Store) forgottenPK(key string) string { return s.namespace + "#forgotten#" + key }
+
+// keyOfPK is the primary key of the item under pk, for GetItem, UpdateItem
+// and Delete.
+func keyOfPK(pk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: str(pk)}
+}
 
 // names maps the expression placeholders to attribute names; several of
 // them (status, token) are DynamoDB reserved words.
@@ -31,6 +43,27 @@ func names(attrs ...string) map[string]string {
 	}
 	return m
 }
+
+// swapAttrs are the attributes of swapOn's compare-and-swap.
+var swapAttrs = []string{AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt}
+
+// The expression names of each request. They are the same on every call,
+// so each map is built once, here, and then shared by every call at once
+// (under Lambda Managed Instances many invocations run concurrently in one
+// process): nothing may write into them. The SDK only reads a request's
+// ExpressionAttributeNames (aws-sdk-go-v2 service/dynamodb v1.74's
+// serializer ranges over the map), and the Client wrappers of this
+// repository pass requests through untouched.
+var (
+	reserveNames  = names(AttrPK, AttrExpiresAt)
+	completeNames = names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt, AttrResult, AttrResultEnc)
+	failNames     = names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt,
+		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK)
+	swapNames      = names(swapAttrs...)
+	swapLeaseNames = names(slices.Concat(swapAttrs, []string{AttrLeaseUntil})...)
+	takeOverNames  = names(slices.Concat(swapAttrs, []string{AttrFingerprint, AttrLeaseUntil, AttrRetryable})...)
+	triageNames    = names(AttrTriage)
+)
 
 func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
@@ -50,8 +83,6 @@ func epochSeconds(t time.Time) int64 {
 	}
 	return s
 }
-
-func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
 
 type triageKind string
 
@@ -81,9 +112,17 @@ func (s *Store) triageKey(kind triageKind, id string, at time.Time) (pk, sk type
 	return str(s.triagePK(kind, shardOf(id))), str(triageSortKey(at, id))
 }
 
+// reserved is the record a reservation writes: attempt 1, in progress.
+func reserved(r idem.Reservation) idem.Record {
+	return idem.Record{
+		Key: r.Key, Status: idem.StatusInProgress, Fingerprint: r.Fingerprint, Attempts: 1,
+		Token: r.Token, LeaseUntil: r.LeaseUntil, ExpiresAt: r.ExpiresAt, CreatedAt: r.Now, UpdatedAt: r.Now,
+	}
+}
+
 // item encodes a record without a result (IN_PROGRESS, or FAILED): the
-// inverse of decode for those records. TakeOver and Release write whole
-// items with it. A FAILED record gets the triage index's key.
+// inverse of decode for those records. Reserve, TakeOver and Release write
+// whole items with it. A FAILED record gets the triage index's key.
 func (s *Store) item(rec idem.Record) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
 		AttrPK:          str(s.pk(rec.Key)),
@@ -108,7 +147,105 @@ func (s *Store) item(rec idem.Record) map[string]types.AttributeValue {
 	return item
 }
 
-func (s *Store) forgottenPK(key string) string { return s.namespace + "#forgotten#" + key }
+// completeExpression is the update that completes a record, for Complete
+// and CompleteWithEffects alike. The record was written whole by Reserve or
+// TakeOver with no result or failure fields, so nothing needs removing.
+// Its names are completeNames.
+const completeExpression = "SET #status = :succeeded, #result = :result, #result_encoding = :enc, " +
+	"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms"
+
+// completeValues are completeExpression's values, and the token it is
+// fenced by.
+func completeValues(f idem.Finish, result types.AttributeValue, enc string) map[string]types.AttributeValue {
+	v := finishValues(f)
+	v[":succeeded"], v[":result"], v[":enc"] = str(string(idem.StatusSucceeded)), result, str(enc)
+	return v
+}
+
+// failExpression is the update that fails a record and puts it in the
+// triage index (see admin.go). Its names are failNames.
+const failExpression = "SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, " +
+	"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms, #triage = :triage, #triage_sk = :triage_sk"
+
+// failValues are failExpression's values, and the token it is fenced by.
+func (s *Store) failValues(f idem.Finish) map[string]types.AttributeValue {
+	v := finishValues(f)
+	v[":failed"], v[":code"], v[":msg"] = str(string(idem.StatusFailed)), str(string(f.ErrorCode)), str(f.ErrorMessage)
+	v[":retryable"] = &types.AttributeValueMemberBOOL{Value: f.Retryable}
+	v[":triage"], v[":triage_sk"] = s.triageKey(triageFailed, f.Key, f.Now)
+	return v
+}
+
+// finishValues are the values every finishing write sets: the fencing
+// token, the attempt count, the retention and the time.
+func finishValues(f idem.Finish) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		":token":    str(f.Token),
+		":attempts": n(int64(f.Attempts)),
+		":expires":  n(epochSeconds(f.ExpiresAt)),
+		":now_ms":   ms(f.Now),
+	}
+}
+
+// poisonItem is a poison note: never the body, only its digest and size.
+// It is in the triage index.
+func (s *Store) poisonItem(p idem.Poison) map[string]types.AttributeValue {
+	triage, triageSK := s.triageKey(triagePoison, p.ID, p.At)
+	item := map[string]types.AttributeValue{
+		AttrPK:         str(s.poisonPK(p.ID)),
+		AttrStatus:     str(StatusPoison),
+		AttrReason:     str(string(p.Reason)),
+		AttrDetail:     str(p.Detail),
+		AttrBodySHA256: str(p.BodySHA256),
+		AttrBodySize:   n(int64(p.BodySize)),
+		AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
+		AttrCreatedAt:  ms(p.At),
+		AttrUpdatedAt:  ms(p.At),
+		AttrTriage:     triage,
+		AttrTriageSK:   triageSK,
+	}
+	if p.Key != "" {
+		item[AttrPoisonKey] = str(p.Key)
+	}
+	return item
+}
+
+// forgetNoteItem is the note a forget of prev leaves (see GetForgotten),
+// kept until the record's own retention would have ended.
+func (s *Store) forgetNoteItem(prev idem.Record, f idem.Forget) map[string]types.AttributeValue {
+	note := map[string]types.AttributeValue{
+		AttrPK:              str(s.forgottenPK(prev.Key)),
+		AttrStatus:          str(StatusForgotten),
+		AttrForgottenStatus: str(string(prev.Status)),
+		AttrFingerprint:     str(prev.Fingerprint),
+		AttrAttempts:        n(int64(prev.Attempts)),
+		AttrErrorCode:       str(string(prev.ErrorCode)),
+		AttrExpiresAt:       n(epochSeconds(prev.ExpiresAt)),
+		AttrCreatedAt:       ms(f.Now),
+		AttrUpdatedAt:       ms(f.Now),
+	}
+	if f.Audit != "" {
+		note[AttrAudit] = str(f.Audit)
+	}
+	if f.Token != "" {
+		note[AttrToken] = str(f.Token)
+	}
+	return note
+}
+
+// decodeForgetNote reads the forget note for key.
+func decodeForgetNote(item map[string]types.AttributeValue, key string) (ForgetNote, error) {
+	d := decoder{item: item}
+	note := ForgetNote{
+		Key: key, Status: idem.Status(d.s(AttrForgottenStatus)), ErrorCode: idem.Code(d.s(AttrErrorCode)),
+		Fingerprint: d.s(AttrFingerprint), Attempts: int(d.n(AttrAttempts)), At: time.UnixMilli(d.n(AttrCreatedAt)),
+		ExpiresAt: time.Unix(d.n(AttrExpiresAt), 0), Audit: d.s(AttrAudit), Token: d.s(AttrToken),
+	}
+	if d.err != nil {
+		return ForgetNote{}, idem.Permanent(fmt.Errorf("ddbstore: malformed forget note for %q: %w", key, d.err))
+	}
+	return note, nil
+}
 
 // decodePoison reads a poison note item.
 func decodePoison(item map[string]types.AttributeValue, namespace string) (idem.Poison, error) {

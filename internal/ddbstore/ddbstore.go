@@ -102,6 +102,8 @@ func New(client Client, table, namespace string) (*Store, error) {
 func (s *Store) Table() string { return s.table }
 
 // condition is a condition expression with the names and values it uses.
+// Its names are one of the shared read-only maps of codec.go; its values
+// are its own: no two conditions share a map that is written.
 type condition struct {
 	expr   string
 	names  map[string]string
@@ -115,7 +117,7 @@ type condition struct {
 func swapOn(prev idem.Record, now time.Time) condition {
 	return condition{
 		expr:  "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s",
-		names: names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt),
+		names: swapNames,
 		values: map[string]types.AttributeValue{
 			":prev_token":    str(prev.Token),
 			":prev_status":   str(string(prev.Status)),
@@ -125,35 +127,25 @@ func swapOn(prev idem.Record, now time.Time) condition {
 	}
 }
 
-// and returns c AND rule, with the attributes and values rule uses.
-func (c condition) and(rule string, attrs []string, values map[string]types.AttributeValue) condition {
-	c.expr += " AND " + rule
-	for _, a := range attrs {
-		c.names["#"+a] = a
-	}
-	maps.Copy(c.values, values)
-	return c
+// and returns c AND rule. attrNames names every attribute of the whole
+// expression (one of codec.go's maps); the values are c's and rule's, in a
+// map of the new condition's own, so c is left as it was.
+func (c condition) and(rule string, attrNames map[string]string, values map[string]types.AttributeValue) condition {
+	v := make(map[string]types.AttributeValue, len(c.values)+len(values))
+	maps.Copy(v, c.values)
+	maps.Copy(v, values)
+	return condition{expr: c.expr + " AND " + rule, names: attrNames, values: v}
 }
 
 // Reserve implements idem.Store with one conditional PutItem.
 func (s *Store) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
-	item := map[string]types.AttributeValue{
-		AttrPK:          str(s.pk(r.Key)),
-		AttrStatus:      str(string(idem.StatusInProgress)),
-		AttrFingerprint: str(r.Fingerprint),
-		AttrAttempts:    n(1),
-		AttrToken:       str(r.Token),
-		AttrLeaseUntil:  ms(r.LeaseUntil),
-		AttrExpiresAt:   n(epochSeconds(r.ExpiresAt)),
-		AttrCreatedAt:   ms(r.Now),
-		AttrUpdatedAt:   ms(r.Now),
-	}
+	item := s.item(reserved(r))
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
 		Item:      item,
 		// Expired records count as absent: TTL deletion lags by up to days.
 		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #expires_at <= :now_s"),
-		ExpressionAttributeNames:            names(AttrPK, AttrExpiresAt),
+		ExpressionAttributeNames:            reserveNames,
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now_s": n(r.Now.Unix())},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -210,7 +202,7 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 	item := s.item(rec)
 	swap := swapOn(prev, r.Now).and("#fingerprint = :fp AND "+
 		"((#status = :in_progress AND #lease_until <= :now_ms) OR (#status = :failed AND #retryable = :true))",
-		[]string{AttrFingerprint, AttrLeaseUntil, AttrRetryable},
+		takeOverNames,
 		map[string]types.AttributeValue{
 			":fp":          str(r.Fingerprint),
 			":in_progress": str(string(idem.StatusInProgress)),
@@ -237,71 +229,33 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 	return s.conflict(ctx, "PutItem", r, err)
 }
 
-// completeExpression is the update that completes a record, for Complete
-// and CompleteWithEffects alike. The record was written whole by Reserve or
-// TakeOver with no result or failure fields, so nothing needs removing.
-const completeExpression = "SET #status = :succeeded, #result = :result, #result_encoding = :enc, " +
-	"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms"
-
-// completeValues are completeExpression's values, and the token it is
-// fenced by.
-func completeValues(f idem.Finish, result types.AttributeValue, enc string) map[string]types.AttributeValue {
-	v := finishValues(f)
-	v[":succeeded"], v[":result"], v[":enc"] = str(string(idem.StatusSucceeded)), result, str(enc)
-	return v
-}
-
-// finishValues are the values every finishing write sets: the fencing
-// token, the attempt count, the retention and the time.
-func finishValues(f idem.Finish) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		":token":    str(f.Token),
-		":attempts": n(int64(f.Attempts)),
-		":expires":  n(epochSeconds(f.ExpiresAt)),
-		":now_ms":   ms(f.Now),
-	}
-}
-
 // Complete implements idem.Store: one UpdateItem fenced by the token.
 func (s *Store) Complete(ctx context.Context, f idem.Finish) error {
 	result, enc, err := encodeResult(f.Result, len(s.pk(f.Key)))
 	if err != nil {
 		return err
 	}
-	return s.finish(ctx, f, completeExpression, completeValues(f, result, enc), AttrResult, AttrResultEnc)
+	return s.finish(ctx, f, completeExpression, completeNames, completeValues(f, result, enc))
 }
 
 // Fail implements idem.Store: one UpdateItem fenced by the token. It puts
 // the record in the triage index (see admin.go).
 func (s *Store) Fail(ctx context.Context, f idem.Finish) error {
-	triage, triageSK := s.triageKey(triageFailed, f.Key, f.Now)
-	return s.finish(ctx, f,
-		"SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, "+
-			"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms, #triage = :triage, #triage_sk = :triage_sk",
-		failValues(f, triage, triageSK),
-		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK)
-}
-
-func failValues(f idem.Finish, triage, triageSK types.AttributeValue) map[string]types.AttributeValue {
-	v := finishValues(f)
-	v[":failed"], v[":code"], v[":msg"] = str(string(idem.StatusFailed)), str(string(f.ErrorCode)), str(f.ErrorMessage)
-	v[":retryable"] = &types.AttributeValueMemberBOOL{Value: f.Retryable}
-	v[":triage"], v[":triage_sk"] = triage, triageSK
-	return v
+	return s.finish(ctx, f, failExpression, failNames, s.failValues(f))
 }
 
 // finish runs a finishing update (values from finishValues) fenced by the
 // token.
-func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values map[string]types.AttributeValue, attrs ...string) error {
+func (s *Store) finish(ctx context.Context, f idem.Finish, update string, attrNames map[string]string, values map[string]types.AttributeValue) error {
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        &s.table,
-		Key:              map[string]types.AttributeValue{AttrPK: str(s.pk(f.Key))},
+		Key:              keyOfPK(s.pk(f.Key)),
 		UpdateExpression: &update,
 		// Fenced: only the current owner writes. A worker whose lease was
 		// taken over must never overwrite the new owner's record, and a
 		// missing record is never created by a completion.
 		ConditionExpression:       aws.String("#token = :token"),
-		ExpressionAttributeNames:  names(append(attrs, AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt)...),
+		ExpressionAttributeNames:  attrNames,
 		ExpressionAttributeValues: values,
 	})
 	if err == nil {
@@ -317,7 +271,7 @@ func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values
 func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record, bool, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &s.table,
-		Key:            map[string]types.AttributeValue{AttrPK: str(s.pk(key))},
+		Key:            keyOfPK(s.pk(key)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -346,7 +300,7 @@ func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record
 func (s *Store) Probe(ctx context.Context) error {
 	_, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.table,
-		Key:       map[string]types.AttributeValue{AttrPK: str(s.namespace + "#probe")},
+		Key:       keyOfPK(s.namespace + "#probe"),
 	})
 	if err != nil {
 		return s.classify("GetItem", err)
@@ -361,24 +315,7 @@ func (s *Store) Probe(ctx context.Context) error {
 // at most idem.MaxPoisonDetail bytes. Writing the same note twice is
 // harmless, so the put is plain. The note is in the triage index.
 func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
-	triage, triageSK := s.triageKey(triagePoison, p.ID, p.At)
-	item := map[string]types.AttributeValue{
-		AttrPK:         str(s.poisonPK(p.ID)),
-		AttrStatus:     str(StatusPoison),
-		AttrReason:     str(string(p.Reason)),
-		AttrDetail:     str(p.Detail),
-		AttrBodySHA256: str(p.BodySHA256),
-		AttrBodySize:   n(int64(p.BodySize)),
-		AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
-		AttrCreatedAt:  ms(p.At),
-		AttrUpdatedAt:  ms(p.At),
-		AttrTriage:     triage,
-		AttrTriageSK:   triageSK,
-	}
-	if p.Key != "" {
-		item[AttrPoisonKey] = str(p.Key)
-	}
-	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: item})
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: s.poisonItem(p)})
 	if err != nil {
 		return s.classify("PutItem", err)
 	}
@@ -389,7 +326,7 @@ func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
 func (s *Store) GetPoison(ctx context.Context, id string, now time.Time) (idem.Poison, bool, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &s.table,
-		Key:            map[string]types.AttributeValue{AttrPK: str(s.poisonPK(id))},
+		Key:            keyOfPK(s.poisonPK(id)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {

@@ -412,7 +412,7 @@ func (a *Admin) HasIndexEntries(ctx context.Context) (bool, Cost, error) {
 				TableName:                 &a.table,
 				IndexName:                 aws.String(IndexTriage),
 				KeyConditionExpression:    aws.String("#triage = :triage"),
-				ExpressionAttributeNames:  map[string]string{"#triage": AttrTriage},
+				ExpressionAttributeNames:  triageNames,
 				ExpressionAttributeValues: map[string]types.AttributeValue{":triage": str(a.triagePK(kind, shard))},
 				Limit:                     aws.Int32(1),
 				ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
