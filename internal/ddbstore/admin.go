@@ -331,10 +331,10 @@ func (a *Admin) GetForgotten(ctx context.Context, key string, now time.Time) (Fo
 	return note, true, nil
 }
 
-// classify is Store.classify, plus the one validation error an operator
-// meets on an older table: a query of an index it does not have.
+// classify is Store.classify, plus the one refusal an operator meets on an
+// older table: a query of an index it does not have (see missingIndex).
 func (a *Admin) classify(op string, err error) error {
-	if op == "Query" && strings.Contains(err.Error(), "index") {
+	if op == "Query" && missingIndex(err) {
 		return idem.Permanent(fmt.Errorf("dynamodb table %q has no index %q (it predates oncelyctl; deploy the current template.yaml, or list with --scan): %w", a.table, IndexTriage, err))
 	}
 	return a.Store.classify(op, err)
