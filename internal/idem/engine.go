@@ -75,7 +75,7 @@ func New(o Options) (*Engine, error) {
 		o.Random = mrand.Float64
 	}
 	if o.NewToken == nil {
-		o.NewToken = newToken
+		o.NewToken = NewToken
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -449,12 +449,24 @@ func (e *Engine) storeError(ctx context.Context, op, key string, err error) *Err
 	return &Error{Code: CodeStoreUnavailable, Message: op + ": " + err.Error(), Retryable: true, Err: err}
 }
 
-// Truncate cuts s to at most n bytes without splitting a character, so a
-// stored message replays byte for byte.
+// Truncate cuts s to at most n bytes without splitting a UTF-8 character:
+// it returns s itself when len(s) <= n, and otherwise the longest prefix of
+// at most n bytes that ends on a character boundary (so a stored message
+// replays byte for byte and a printed one is never cut mid-character). A
+// negative n counts as zero. Truncate adds no marker: a caller that shows
+// the cut appends one itself when len(s) > n, for example
+//
+//	if len(s) > n {
+//		s = idem.Truncate(s, n) + "…"
+//	}
+//
+// and then holds at most n+len("…") bytes. It is the one truncator of the
+// project; opsctl, httpapi and the adapters use it.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	n = max(n, 0)
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
@@ -472,7 +484,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func newToken() string {
+// NewToken returns a fresh fencing token: 128 bits from crypto/rand, in
+// lower-case hex (32 characters). It is the default of Options.NewToken and
+// the token operators' writes (oncelyctl release, forget) carry; tokens
+// only need to differ, so nothing parses them.
+func NewToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
