@@ -2,8 +2,6 @@ package opsctl
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -224,9 +222,7 @@ func (r *runner) newToken() string {
 	if r.env.NewToken != nil {
 		return r.env.NewToken()
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	return idem.NewToken()
 }
 
 // keyFlags are the ways to name a record.
