@@ -21,33 +21,62 @@ import (
 )
 
 func (r *runner) get(ctx context.Context, args []string) error {
-	fs := r.flags()
-	var k keyFlags
-	k.register(fs)
-	pos, err := r.parse(fs, args)
+	key, err := r.oneKey(args)
 	if err != nil {
 		return err
-	}
-	s, err := r.resolve()
-	if err != nil {
-		return err
-	}
-	keys, err := r.keys(k, pos, s)
-	if err != nil {
-		return err
-	}
-	if len(keys) != 1 {
-		return usagef("get takes one key, got %d", len(keys))
 	}
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
 	now := r.env.Now()
-	key := keys[0]
 	rec, found, err := r.admin.Inspect(ctx, key.key)
 	if err != nil {
 		return err
 	}
+	out, err := r.getView(ctx, key, rec, found, now)
+	if err != nil {
+		return err
+	}
+	if err := r.printGet(out, rec, now); err != nil {
+		return err
+	}
+	switch {
+	case !found:
+		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("no record for key %q in namespace %q of table %q", key.key, r.admin.Namespace(), r.admin.Table())}
+	case rec.Expired(now):
+		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("the record for key %q expired at %s: the function treats it as absent", key.key, rec.ExpiresAt.UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// oneKey reads get's flags and arguments: one record, named in any of the
+// ways keys takes.
+func (r *runner) oneKey(args []string) (named, error) {
+	fs := r.flags()
+	var k keyFlags
+	k.register(fs)
+	pos, err := r.parse(fs, args)
+	if err != nil {
+		return named{}, err
+	}
+	s, err := r.resolve()
+	if err != nil {
+		return named{}, err
+	}
+	keys, err := r.keys(k, pos, s)
+	if err != nil {
+		return named{}, err
+	}
+	if len(keys) != 1 {
+		return named{}, usagef("get takes one key, got %d", len(keys))
+	}
+	return keys[0], nil
+}
+
+// getView is what get shows of key: the stored record (found: Inspect
+// found one, expired or not) and whether the body named matches it, or
+// else the record's forget note, if there is one.
+func (r *runner) getView(ctx context.Context, key named, rec idem.Record, found bool, now time.Time) (GetView, error) {
 	out := GetView{Key: key.key, Found: found && !rec.Expired(now)}
 	if found {
 		v := view(rec, now)
@@ -56,48 +85,46 @@ func (r *runner) get(ctx context.Context, args []string) error {
 			match := key.fingerprint == rec.Fingerprint
 			out.PayloadMatches = &match
 		}
-	} else {
-		note, ok, err := r.admin.GetForgotten(ctx, key.key, now)
-		if err != nil {
-			return err
-		}
-		if ok {
-			fv := ForgottenView{Status: note.Status, ErrorCode: note.ErrorCode, Fingerprint: note.Fingerprint, Attempts: note.Attempts, At: note.At.UTC()}
-			_ = json.Unmarshal([]byte(note.Audit), &fv.Audit)
-			out.Forgotten = &fv
-		}
+		return out, nil
 	}
-	if r.json {
-		if err := r.printJSON(out); err != nil {
-			return err
-		}
-	} else if found {
-		if err := printRecord(r.env.Stdout, rec, now); err != nil {
+	note, ok, err := r.admin.GetForgotten(ctx, key.key, now)
+	if err != nil || !ok {
+		return out, err
+	}
+	fv := ForgottenView{Status: note.Status, ErrorCode: note.ErrorCode, Fingerprint: note.Fingerprint, Attempts: note.Attempts, At: note.At.UTC()}
+	_ = json.Unmarshal([]byte(note.Audit), &fv.Audit)
+	out.Forgotten = &fv
+	return out, nil
+}
+
+// printGet prints get's view: as JSON, or for people the record and what
+// the body's fingerprint means for it, or the forget note.
+func (r *runner) printGet(out GetView, rec idem.Record, now time.Time) error {
+	w := r.env.Stdout
+	switch {
+	case r.json:
+		return r.printJSON(out)
+	case out.Record != nil:
+		if err := printRecord(w, rec, now); err != nil {
 			return err
 		}
 		switch {
 		case out.PayloadMatches != nil && *out.PayloadMatches:
-			fmt.Fprintln(r.env.Stdout, "payload      the body's fingerprint matches the stored one")
+			fmt.Fprintln(w, "payload      the body's fingerprint matches the stored one")
 		case out.PayloadMatches != nil && rec.Status == idem.StatusSucceeded:
 			// Forgetting a success runs its action again: say so where the
 			// advice is given, not only when the forget is refused.
-			fmt.Fprintln(r.env.Stdout, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED; the stored event SUCCEEDED, "+
+			fmt.Fprintln(w, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED; the stored event SUCCEEDED, "+
 				"so running this one means running the action again (forget --rerun-succeeded)")
 		case out.PayloadMatches != nil:
-			fmt.Fprintln(r.env.Stdout, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED (forget the record to let it run)")
+			fmt.Fprintln(w, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED (forget the record to let it run)")
 		}
-	} else if out.Forgotten != nil {
-		fmt.Fprintf(r.env.Stdout, "%s: no record; forgotten %s (it was %s %s, %s)\n", key.key, stamp(out.Forgotten.At, now),
+	case out.Forgotten != nil:
+		fmt.Fprintf(w, "%s: no record; forgotten %s (it was %s %s, %s)\n", out.Key, stamp(out.Forgotten.At, now),
 			out.Forgotten.Status, out.Forgotten.ErrorCode, plural(out.Forgotten.Attempts, "attempt", "attempts"))
 		for _, e := range out.Forgotten.Audit {
-			fmt.Fprintln(r.env.Stdout, "  "+auditLine(e))
+			fmt.Fprintln(w, "  "+auditLine(e))
 		}
-	}
-	switch {
-	case !found:
-		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("no record for key %q in namespace %q of table %q", key.key, r.admin.Namespace(), r.admin.Table())}
-	case rec.Expired(now):
-		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("the record for key %q expired at %s: the function treats it as absent", key.key, rec.ExpiresAt.UTC().Format(time.RFC3339))}
 	}
 	return nil
 }
@@ -299,6 +326,12 @@ func (r *runner) list(ctx context.Context, args []string) error {
 		}
 		return r.printJSON(out)
 	}
+	return r.printList(p, q, now)
+}
+
+// printList prints a page of list for people: a table, what it cost, and
+// where to look for what it cannot show.
+func (r *runner) printList(p ddbstore.Page, q ddbstore.Query, now time.Time) error {
 	w := r.env.Stdout
 	t := newTable(w)
 	if q.Poison {
@@ -401,26 +434,9 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 		q.Status, q.WithPoison, q.Scan = "", true, true
 		reads = []ddbstore.Query{q}
 	}
-	counts := map[Count]int{}
-	var cost ddbstore.Cost
-	for _, q := range reads {
-		for {
-			p, err := r.admin.List(ctx, q)
-			if err != nil {
-				return err
-			}
-			cost.Add(p.Cost)
-			for _, rec := range p.Records {
-				counts[Count{Status: string(rec.Status), State: state(rec, now), Code: rec.ErrorCode}]++
-			}
-			for _, n := range p.Poison {
-				counts[Count{Status: ddbstore.StatusPoison, State: StatePoison, Code: n.Reason}]++
-			}
-			if p.Next == "" {
-				break
-			}
-			q.Cursor = p.Next
-		}
+	counts, cost, err := r.count(ctx, reads, now)
+	if err != nil {
+		return err
 	}
 	out := StatsView{Since: q.Since.UTC(), Until: now.UTC(), Counts: []Count{}, Cost: cost}
 	if !q.Until.IsZero() {
@@ -439,6 +455,38 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	if r.json {
 		return r.printJSON(out)
 	}
+	return r.printStats(out)
+}
+
+// count pages through each listing in reads to its end, counting records
+// by status, state and code, and poison notes by reason.
+func (r *runner) count(ctx context.Context, reads []ddbstore.Query, now time.Time) (map[Count]int, ddbstore.Cost, error) {
+	counts := map[Count]int{}
+	var cost ddbstore.Cost
+	for _, q := range reads {
+		for {
+			p, err := r.admin.List(ctx, q)
+			if err != nil {
+				return nil, cost, err
+			}
+			cost.Add(p.Cost)
+			for _, rec := range p.Records {
+				counts[Count{Status: string(rec.Status), State: state(rec, now), Code: rec.ErrorCode}]++
+			}
+			for _, n := range p.Poison {
+				counts[Count{Status: ddbstore.StatusPoison, State: StatePoison, Code: n.Reason}]++
+			}
+			if p.Next == "" {
+				break
+			}
+			q.Cursor = p.Next
+		}
+	}
+	return counts, cost, nil
+}
+
+// printStats prints stats for people.
+func (r *runner) printStats(out StatsView) error {
 	w := r.env.Stdout
 	fmt.Fprintf(w, "from %s to %s\n", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339))
 	t := newTable(w)
@@ -451,7 +499,7 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "total %d; %s\n", total, costLine(cost, r.info))
+	fmt.Fprintf(w, "total %d; %s\n", total, costLine(out.Cost, r.info))
 	if len(out.NotCounted) > 0 {
 		fmt.Fprintln(w, "running, abandoned and succeeded records are not in the index and not counted: stats --scan counts them, reading the whole table")
 		fmt.Fprintln(w, abandonedHint)
