@@ -516,6 +516,35 @@ type writeFlags struct {
 	dryRun, stdin  bool
 }
 
+func (w *writeFlags) register(fs *flag.FlagSet, release bool) {
+	w.keyFlags.register(fs)
+	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force, but for a dry run)")
+	fs.StringVar(&w.token, "token", "", "the token you saw (get prints it): refuse if the record changed hands since")
+	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
+	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
+	if release {
+		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
+	} else {
+		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
+	}
+}
+
+// op names the write for the audit and the log (release, release --force,
+// forget), refusing a forget or a forced release without a reason.
+func (w *writeFlags) op(release bool) (string, error) {
+	switch {
+	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
+		return "", usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
+	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
+		return "", usagef("--force needs --reason: it takes the key from a live owner, whose side effect may then happen twice")
+	case !release:
+		return "forget", nil
+	case w.force:
+		return "release --force", nil
+	}
+	return "release", nil
+}
+
 // targets are the records a write names, each with what the operator saw
 // of it (nil: nothing; the record read now is what is judged).
 type target struct {
@@ -588,38 +617,14 @@ func ReadRecords(in io.Reader) ([]idem.Record, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("document %d is not the JSON of list --json or get --json: %v", doc, err)
 		}
-		var views []RecordView
-		switch {
-		case probe["records"] != nil:
-			if err := json.Unmarshal(probe["records"], &views); err != nil {
-				return nil, fmt.Errorf("document %d: \"records\": %v", doc, err)
-			}
-		case probe["record"] != nil:
-			var rv *RecordView
-			if err := json.Unmarshal(probe["record"], &rv); err != nil {
-				return nil, fmt.Errorf("document %d: \"record\": %v", doc, err)
-			}
-			if rv == nil {
-				return nil, fmt.Errorf("document %d: \"record\" is null: get --json found no record", doc)
-			}
-			views = []RecordView{*rv}
-		case probe["found"] != nil:
-			return nil, fmt.Errorf("document %d: get --json found no record to act on", doc)
-		default:
-			return nil, fmt.Errorf("document %d has no \"records\" (list --json) or \"record\" (get --json)", doc)
+		views, err := documentViews(doc, probe)
+		if err != nil {
+			return nil, err
 		}
 		for i, v := range views {
-			rec, err := v.Record()
+			rec, err := recordOf(doc, i, v)
 			if err != nil {
-				return nil, fmt.Errorf("document %d, record %d: %v", doc, i+1, err)
-			}
-			if err := idem.ValidateKey(rec.Key); err != nil {
-				return nil, fmt.Errorf("document %d, record %d: malformed key %q", doc, i+1, rec.Key)
-			}
-			switch rec.Status {
-			case idem.StatusInProgress, idem.StatusSucceeded, idem.StatusFailed:
-			default:
-				return nil, fmt.Errorf("document %d, record %q: status %q is none of IN_PROGRESS, SUCCEEDED, FAILED", doc, rec.Key, rec.Status)
+				return nil, err
 			}
 			if seen[rec.Key] {
 				return nil, fmt.Errorf("record %q appears twice", rec.Key)
@@ -628,6 +633,48 @@ func ReadRecords(in io.Reader) ([]idem.Record, error) {
 			out = append(out, rec)
 		}
 	}
+}
+
+// documentViews are the records of one document of ReadRecords' input, the
+// doc-th: list --json's "records" or get --json's "record".
+func documentViews(doc int, probe map[string]json.RawMessage) ([]RecordView, error) {
+	switch {
+	case probe["records"] != nil:
+		var views []RecordView
+		if err := json.Unmarshal(probe["records"], &views); err != nil {
+			return nil, fmt.Errorf("document %d: \"records\": %v", doc, err)
+		}
+		return views, nil
+	case probe["record"] != nil:
+		var rv *RecordView
+		if err := json.Unmarshal(probe["record"], &rv); err != nil {
+			return nil, fmt.Errorf("document %d: \"record\": %v", doc, err)
+		}
+		if rv == nil {
+			return nil, fmt.Errorf("document %d: \"record\" is null: get --json found no record", doc)
+		}
+		return []RecordView{*rv}, nil
+	case probe["found"] != nil:
+		return nil, fmt.Errorf("document %d: get --json found no record to act on", doc)
+	}
+	return nil, fmt.Errorf("document %d has no \"records\" (list --json) or \"record\" (get --json)", doc)
+}
+
+// recordOf is the record a view of document doc shows, at index i, if its
+// key is well formed and its status one oncely writes.
+func recordOf(doc, i int, v RecordView) (idem.Record, error) {
+	rec, err := v.Record()
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("document %d, record %d: %v", doc, i+1, err)
+	}
+	if err := idem.ValidateKey(rec.Key); err != nil {
+		return idem.Record{}, fmt.Errorf("document %d, record %d: malformed key %q", doc, i+1, rec.Key)
+	}
+	switch rec.Status {
+	case idem.StatusInProgress, idem.StatusSucceeded, idem.StatusFailed:
+		return rec, nil
+	}
+	return idem.Record{}, fmt.Errorf("document %d, record %q: status %q is none of IN_PROGRESS, SUCCEEDED, FAILED", doc, rec.Key, rec.Status)
 }
 
 // changed says how cur differs from what the operator saw, or "".
@@ -666,30 +713,14 @@ func (r *runner) forget(ctx context.Context, args []string) error {
 func (r *runner) write(ctx context.Context, args []string, release bool) error {
 	fs := r.flags()
 	var w writeFlags
-	w.register(fs)
-	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force, but for a dry run)")
-	fs.StringVar(&w.token, "token", "", "the token you saw (get prints it): refuse if the record changed hands since")
-	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
-	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
-	if release {
-		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
-	} else {
-		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
-	}
+	w.register(fs, release)
 	pos, err := r.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	op := "release"
-	switch {
-	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
-		return usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
-	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
-		return usagef("--force needs --reason: it takes the key from a live owner, whose side effect may then happen twice")
-	case !release:
-		op = "forget"
-	case w.force:
-		op = "release --force"
+	op, err := w.op(release)
+	if err != nil {
+		return err
 	}
 	s, err := r.resolve()
 	if err != nil {
@@ -759,25 +790,7 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 	if release {
 		rule = cur.Releasable(now, w.force)
 	}
-	switch {
-	case errors.Is(rule, idem.ErrLeaseLive) && release:
-		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; --force --reason takes the key from it (its completion is then refused, and its side effect may happen twice)"
-		return res, nil
-	case errors.Is(rule, idem.ErrLeaseLive):
-		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
-		return res, nil
-	case errors.Is(rule, idem.ErrNotReleasable):
-		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
-		return res, nil
-	case errors.Is(rule, idem.ErrRerunsSuccess):
-		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
-		return res, nil
-	case errors.Is(rule, idem.ErrAlreadyReleased):
-		// Idempotent: the release already made the next delivery run it.
-		res.Outcome, res.Detail, res.Resend = "already_released", "released already"+lastAudit(cur)+"; its next delivery runs the action; nothing written", false
-		return res, nil
-	case rule != nil:
-		res.Outcome, res.Detail = "refused", rule.Error()
+	if refused(&res, rule, release, cur) {
 		return res, nil
 	}
 	again := ""
@@ -788,30 +801,12 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "would_"+strings.Fields(op)[0], "was "+was(cur)+again
 		return res, nil
 	}
-	audit, err := appendAudit(cur.Audit, AuditEntry{At: now.UTC(), By: by, Op: op, Reason: w.reason, Was: was(cur)})
-	if err != nil {
-		return res, err
-	}
-	var after idem.Record
-	var ok bool
-	if release {
-		after, ok, err = r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
-	} else {
-		after, ok, err = r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded})
-	}
+	after, ok, err := r.apply(ctx, cur, w, op, by, now, release)
 	if err != nil {
 		return res, err
 	}
 	if !ok {
-		// Lost a race: the record changed between our read and our write.
-		res.Outcome, res.Resend = "refused", false
-		if after.Key == "" {
-			res.Outcome, res.Detail, res.Record = "not_found", "the record went away while we wrote", nil
-		} else {
-			av := view(after, now)
-			res.Record = &av
-			res.Detail = "the record changed while we wrote (" + was(after) + "); read it again and decide again"
-		}
+		lostRace(&res, after, now)
 		return res, nil
 	}
 	r.log.Info("oncelyctl "+op, "key", t.key, "namespace", r.admin.Namespace(), "table", r.admin.Table(), "by", by, "reason", w.reason, "was", was(cur), "reruns_success", res.RerunsSuccess)
@@ -822,6 +817,55 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "forgotten", "was "+was(cur)+again
 	}
 	return res, nil
+}
+
+// refused fills in res when the rule (cur.Releasable or cur.Forgettable)
+// refuses the write, or finds it done already, and reports whether it did.
+func refused(res *ResultView, rule error, release bool, cur idem.Record) bool {
+	switch {
+	case rule == nil:
+		return false
+	case errors.Is(rule, idem.ErrLeaseLive) && release:
+		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; --force --reason takes the key from it (its completion is then refused, and its side effect may happen twice)"
+	case errors.Is(rule, idem.ErrLeaseLive):
+		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
+	case errors.Is(rule, idem.ErrNotReleasable):
+		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
+	case errors.Is(rule, idem.ErrRerunsSuccess):
+		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
+	case errors.Is(rule, idem.ErrAlreadyReleased):
+		// Idempotent: the release already made the next delivery run it.
+		res.Outcome, res.Detail, res.Resend = "already_released", "released already"+lastAudit(cur)+"; its next delivery runs the action; nothing written", false
+	default:
+		res.Outcome, res.Detail = "refused", rule.Error()
+	}
+	return true
+}
+
+// lostRace fills in res for a write whose compare-and-swap failed: the
+// record changed between our read and our write, to after (zero: gone).
+func lostRace(res *ResultView, after idem.Record, now time.Time) {
+	res.Outcome, res.Resend = "refused", false
+	if after.Key == "" {
+		res.Outcome, res.Detail, res.Record = "not_found", "the record went away while we wrote", nil
+		return
+	}
+	av := view(after, now)
+	res.Record = &av
+	res.Detail = "the record changed while we wrote (" + was(after) + "); read it again and decide again"
+}
+
+// apply writes the release or forget of cur, fenced on cur, with an audit
+// entry for it appended to cur's.
+func (r *runner) apply(ctx context.Context, cur idem.Record, w writeFlags, op, by string, now time.Time, release bool) (idem.Record, bool, error) {
+	audit, err := appendAudit(cur.Audit, AuditEntry{At: now.UTC(), By: by, Op: op, Reason: w.reason, Was: was(cur)})
+	if err != nil {
+		return idem.Record{}, false, err
+	}
+	if release {
+		return r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
+	}
+	return r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded})
 }
 
 // lastAudit says who did the record's last operator change, if its audit
