@@ -52,8 +52,7 @@ var swapAttrs = []string{AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt}
 // (under Lambda Managed Instances many invocations run concurrently in one
 // process): nothing may write into them. The SDK only reads a request's
 // ExpressionAttributeNames (aws-sdk-go-v2 service/dynamodb v1.74's
-// serializer ranges over the map), and the Client wrappers of this
-// repository pass requests through untouched.
+// serializer ranges over the map), and so must every Client wrapper.
 var (
 	reserveNames  = names(AttrPK, AttrExpiresAt)
 	completeNames = names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt, AttrResult, AttrResultEnc)

@@ -70,7 +70,9 @@ const (
 )
 
 // Client is the part of *dynamodb.Client the store uses. Any wrapper (for
-// counting or delaying calls) that keeps the semantics will do.
+// counting or delaying calls) that keeps the semantics will do, if it
+// writes nothing into a request: its ExpressionAttributeNames are shared by
+// concurrent calls (see codec.go).
 type Client interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
