@@ -35,6 +35,9 @@ import (
 const (
 	envRIE     = "IDEM_TEST_RIE"    // path to aws-lambda-rie
 	envRequire = "IDEM_REQUIRE_E2E" // make a missing emulator or moto a failure
+	// envRequireManaged makes the managed-instances test fail, rather than
+	// skip, when not run as root (make test sets it when run as root).
+	envRequireManaged = "IDEM_REQUIRE_MANAGED"
 )
 
 var bootstrap string
