@@ -52,6 +52,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -155,6 +156,8 @@ func downstreamURL(ctx context.Context, sm secretsource.API, cfg config.Config) 
 	return strings.TrimSpace(u), nil
 }
 
+// wire builds the router from the configuration, reading at init every
+// secret and the table, so that a bad setting fails the init with one line.
 func wire(ctx context.Context) (*router.Router, error) {
 	logger := slog.New(lambdacontext.NewLogHandler())
 	slog.SetDefault(logger)
@@ -178,58 +181,107 @@ func wire(ctx context.Context) (*router.Router, error) {
 	// Beside the secrets' reads: the init's worst case stays theirs.
 	probed := make(chan error, 1)
 	go func() { probed <- probeTable(ctx, store, logger, initProbeTimeout) }()
-	var engineStore idem.Store = store
-	if wrapStore != nil {
-		engineStore = wrapStore(store)
-	}
-	budget := idem.Budget{}
-	engine, err := idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
+	engine, err := newEngine(store, cfg, logger)
 	if err != nil {
 		return nil, err
 	}
 	sqsClient := sqs.NewFromConfig(awsCfg)
-	var act action.Func
-	var notifier *notify.Notifier
-	var keys *secretsource.Source
-	switch cfg.Action {
-	case config.ActionLedger:
-		act = (&ledger.Ledger{Table: cfg.LedgerTable}).Do
-	default:
-		sm := secretsmanager.NewFromConfig(awsCfg)
-		downstream, err := downstreamURL(ctx, sm, cfg)
-		if err != nil {
-			return nil, err
-		}
-		if w := config.PlainHTTPWarning(downstream, os.Getenv); w != "" {
-			logger.WarnContext(ctx, "misconfiguration: "+w)
-		}
-		notifier = notify.New(downstream, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})
-		if !cfg.Signing.Off {
-			// Read the signing secret now: a missing secret or permission fails
-			// the init with one line, instead of every delivery later.
-			keys = secretsource.New(sm, cfg.Signing.Secret, cfg.Signing.Refresh, logger)
-			// Bounded well inside Lambda's 10 s init limit, so that a hanging
-			// Secrets Manager gives this line, not an init timeout.
-			lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
-			err := keys.Load(lctx)
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
-			}
-			notifier.Signer = keys
-		}
-		act = notifier.Do
+	act, err := newAction(ctx, cfg, awsCfg, logger)
+	if err != nil {
+		return nil, err
 	}
 	if err := <-probed; err != nil {
 		return nil, err
 	}
-	var visibility sqsvisibility.Changer
-	if !cfg.QueueBackoff.Off {
-		visibility = sqsvisibility.New(sqsClient)
-	}
 	webhooks, sources, err := receiving(ctx, cfg.Inbound, secretsmanager.NewFromConfig(awsCfg), sqsClient, logger)
 	if err != nil {
 		return nil, err
+	}
+	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger, FirstInvoke: act.firstInvoke(engine.Budget(), logger)}
+	if r.SQS, r.HTTP, err = adapters(cfg, engine, store, act.do, webhooks, sqsClient, logger); err != nil {
+		return nil, err
+	}
+	// Only a set secret reports its health: a nil pointer in the interface
+	// would not be nil.
+	if act.keys != nil {
+		r.Secret = act.keys
+	}
+	if sources != nil {
+		r.InboundSecret = sources
+	}
+	return r, nil
+}
+
+// newEngine builds the engine on the store (wrapped when a build-tagged
+// file asks).
+func newEngine(store *ddbstore.Store, cfg config.Config, logger *slog.Logger) (*idem.Engine, error) {
+	var engineStore idem.Store = store
+	if wrapStore != nil {
+		engineStore = wrapStore(store)
+	}
+	return idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: idem.Budget{}, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
+}
+
+// wiredAction is the action the function runs, with what the router needs
+// of a notify action: its notifier and its signing keys.
+type wiredAction struct {
+	do       action.Func
+	notifier *notify.Notifier     // nil for the ledger
+	keys     *secretsource.Source // nil unless deliveries are signed
+}
+
+// newAction builds the configured action. For notify it reads the
+// downstream URL and the signing secret now: a missing secret or
+// permission fails the init with one line, instead of every delivery later.
+func newAction(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (wiredAction, error) {
+	if cfg.Action == config.ActionLedger {
+		return wiredAction{do: (&ledger.Ledger{Table: cfg.LedgerTable}).Do}, nil
+	}
+	sm := secretsmanager.NewFromConfig(awsCfg)
+	downstream, err := downstreamURL(ctx, sm, cfg)
+	if err != nil {
+		return wiredAction{}, err
+	}
+	if w := config.PlainHTTPWarning(downstream, os.Getenv); w != "" {
+		logger.WarnContext(ctx, "misconfiguration: "+w)
+	}
+	a := wiredAction{notifier: notify.New(downstream, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})}
+	a.do = a.notifier.Do
+	if cfg.Signing.Off {
+		return a, nil
+	}
+	a.keys = secretsource.New(sm, cfg.Signing.Secret, cfg.Signing.Refresh, logger)
+	// Bounded well inside Lambda's 10 s init limit, so that a hanging
+	// Secrets Manager gives this line, not an init timeout.
+	lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+	defer cancel()
+	if _, err := a.keys.Reload(lctx); err != nil {
+		return wiredAction{}, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
+	}
+	a.notifier.Signer = a.keys
+	return a, nil
+}
+
+// firstInvoke is the router's FirstInvoke: Lambda does not show the
+// function's timeout at init; the first invocation does. It says once if a
+// request cannot fit in it.
+func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(context.Context, time.Duration) {
+	return func(ctx context.Context, timeout time.Duration) {
+		if a.notifier == nil {
+			return
+		}
+		if err := a.notifier.Fits(budget.WorkTime(timeout)); err != nil {
+			logger.WarnContext(ctx, "misconfiguration: "+err.Error(), "function_timeout", timeout.String(), "budget_reserve", budget.Reserve().String())
+		}
+	}
+}
+
+// adapters builds the SQS and HTTP adapters around the engine and the
+// action.
+func adapters(cfg config.Config, engine *idem.Engine, store *ddbstore.Store, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*sqsbatch.Handler, *httpapi.Handler, error) {
+	var visibility sqsvisibility.Changer
+	if !cfg.QueueBackoff.Off {
+		visibility = sqsvisibility.New(sqsClient)
 	}
 	sqsHandler, err := sqsbatch.New(sqsbatch.Options{
 		Engine: engine, Poison: store, Action: act, Keys: cfg.Keys,
@@ -238,33 +290,13 @@ func wire(ctx context.Context) (*router.Router, error) {
 		Logger: logger,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var secretHealth, inboundHealth router.SecretHealth
-	if keys != nil {
-		secretHealth = keys
-	}
-	if sources != nil {
-		inboundHealth = sources
-	}
-	return &router.Router{
-		Secret: secretHealth, InboundSecret: inboundHealth,
-		SQS: sqsHandler, HTTP: api, Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger,
-		FirstInvoke: func(ctx context.Context, timeout time.Duration) {
-			// Lambda does not show the function's timeout at init; the first
-			// invocation does. Say once if a request cannot fit in it.
-			if notifier == nil {
-				return
-			}
-			if err := notifier.Fits(budget.WorkTime(timeout)); err != nil {
-				logger.WarnContext(ctx, "misconfiguration: "+err.Error(), "function_timeout", timeout.String(), "budget_reserve", budget.Reserve().String())
-			}
-		},
-	}, nil
+	return sqsHandler, api, nil
 }
 
 // receiving wires the receiving route POST /webhooks/{source}, or returns

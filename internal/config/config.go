@@ -1,8 +1,19 @@
 // Package config reads the function's configuration from the environment
 // and validates all of it at init: a missing or malformed value fails with
-// one line naming the variable and what it expected. It owns no default and
-// no rule of its own: unset values stay zero for their owners to default,
-// and cross-checks ask the owners (idem.Budget, eventkey).
+// one line naming the variable and what it expected.
+//
+// A number or a duration left unset stays zero, for the package that uses
+// it to default (idem, notify, sqsvisibility, secretsource, inbound), and
+// the cross-checks ask those packages (idem.Budget, eventkey). What config
+// decides itself is which parts of the function run, and how:
+//   - the switches' and choices' defaults: ACTION is notify,
+//     WEBHOOK_SIGNING and SQS_BACKOFF are on, INBOUND_WEBHOOKS is off, and
+//     IDEMPOTENCY_NAMESPACE is the function's name;
+//   - ACTION=ledger delivers nothing, so it turns signing off and needs no
+//     WEBHOOK_SECRET;
+//   - retries jitter by idem.DefaultJitter, which no variable sets (the
+//     zero RetryPolicy has none, so tests assert exact delays);
+//   - the Go runtime's settings ([RuntimeSettings]).
 package config
 
 import (
@@ -87,9 +98,11 @@ const (
 	ActionLedger = "ledger" // a ledger entry, committed with the record
 )
 
-// Config is the validated configuration. A zero field was not set: the
-// package that owns the setting applies its own default (documented there
-// and in docs/configuration.md), so no default is written twice.
+// Config is the validated configuration. A zero number or duration was not
+// set: the package that owns the setting applies its own default
+// (documented there and in docs/configuration.md), so no default is
+// written twice. The switches, Action, Namespace and Retry.Jitter hold
+// config's own defaults (see the package doc).
 type Config struct {
 	Table          string
 	Namespace      string
@@ -142,16 +155,36 @@ type QueueBackoff struct {
 // It reports the first problem as one line naming the variable.
 func Load(getenv func(string) string) (Config, error) {
 	p := parser{getenv: getenv}
+	p.retired()
+	c := p.settings()
+	p.action(&c)
+	if p.err == nil && !c.Signing.Off && c.Signing.Secret == "" {
+		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which docs/security.md explains)", "")
+	}
+	c.Inbound = p.inbound()
+	c.Namespace = p.namespace()
+	p.crossCheck(c)
+	if p.err == nil {
+		c.Keys = p.keys()
+	}
+	return c, p.err
+}
+
+// retired fails on a retired variable that is set.
+func (p *parser) retired() {
 	for _, name := range slices.Sorted(maps.Keys(Retired)) {
-		if getenv(name) != "" {
+		if p.getenv(name) != "" {
 			p.err = fmt.Errorf("config: %s: %s", name, Retired[name])
 		}
 	}
-	c := Config{
-		Table:     p.required(EnvTable),
-		Namespace: getenv(EnvNamespace),
-		TTL:       p.duration(EnvTTL),
-		Lease:     p.duration(EnvLease),
+}
+
+// settings reads every setting that stands alone.
+func (p *parser) settings() Config {
+	return Config{
+		Table: p.required(EnvTable),
+		TTL:   p.duration(EnvTTL),
+		Lease: p.duration(EnvLease),
 		Retry: idem.RetryPolicy{
 			AttemptsPerDelivery: p.positiveInt(EnvAttemptsPerDelivery),
 			AttemptsPerKey:      p.positiveInt(EnvAttemptsPerKey),
@@ -165,12 +198,18 @@ func Load(getenv func(string) string) (Config, error) {
 		Action:            p.oneOf(EnvAction, ActionNotify, ActionLedger),
 		NotifyTimeout:     p.duration(EnvNotifyTimeout),
 		TransientStatuses: p.statuses(EnvTransientStatuses),
-		JWTIssuer:         strings.TrimSpace(getenv(EnvJWTIssuer)),
-		Signing:           Signing{Off: !p.onOff(EnvWebhookSigning), Secret: strings.TrimSpace(getenv(EnvWebhookSecret)), Refresh: p.duration(EnvWebhookRefresh)},
+		JWTIssuer:         strings.TrimSpace(p.getenv(EnvJWTIssuer)),
+		Signing:           Signing{Off: !p.onOff(EnvWebhookSigning), Secret: strings.TrimSpace(p.getenv(EnvWebhookSecret)), Refresh: p.duration(EnvWebhookRefresh)},
 	}
+}
+
+// action reads what the chosen action needs: notify's downstream URL, from
+// exactly one source; the ledger's table (the ledger delivers nothing, so
+// nothing is signed).
+func (p *parser) action(c *Config) {
 	switch c.Action {
 	case ActionNotify:
-		c.DownstreamURL, c.DownstreamURLSecret = strings.TrimSpace(getenv(EnvDownstreamURL)), strings.TrimSpace(getenv(EnvDownstreamURLSecret))
+		c.DownstreamURL, c.DownstreamURLSecret = strings.TrimSpace(p.getenv(EnvDownstreamURL)), strings.TrimSpace(p.getenv(EnvDownstreamURLSecret))
 		switch {
 		case c.DownstreamURL != "" && c.DownstreamURLSecret != "":
 			p.fail(EnvDownstreamURL, "unset when "+EnvDownstreamURLSecret+" is set (one source for the URL)", "<set>")
@@ -183,18 +222,22 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	case ActionLedger:
 		c.LedgerTable = p.required(EnvLedgerTable)
-		c.Signing = Signing{Off: true} // nothing is delivered, so nothing is signed
+		c.Signing = Signing{Off: true}
 	}
-	if p.err == nil && !c.Signing.Off && c.Signing.Secret == "" {
-		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which docs/security.md explains)", "")
+}
+
+// namespace returns IDEMPOTENCY_NAMESPACE, the function's name when unset.
+func (p *parser) namespace() string {
+	ns := cmp.Or(p.getenv(EnvNamespace), p.getenv(EnvFunctionName))
+	if p.err == nil && (ns == "" || strings.Contains(ns, "#")) {
+		p.fail(EnvNamespace, "a name without '#' (it defaults to AWS_LAMBDA_FUNCTION_NAME, which is not set either)", ns)
 	}
-	c.Inbound = p.inbound()
-	if c.Namespace == "" {
-		c.Namespace = getenv(EnvFunctionName)
-	}
-	if p.err == nil && (c.Namespace == "" || strings.Contains(c.Namespace, "#")) {
-		p.fail(EnvNamespace, "a name without '#' (it defaults to AWS_LAMBDA_FUNCTION_NAME, which is not set either)", c.Namespace)
-	}
+	return ns
+}
+
+// crossCheck checks the settings that bound one another, asking their
+// owners for the defaults of those left unset.
+func (p *parser) crossCheck(c Config) {
 	if p.err == nil && c.Lease != 0 && c.Action == ActionNotify {
 		// A lease must hold one whole request plus the completion write.
 		timeout := cmp.Or(c.NotifyTimeout, notify.DefaultTimeout)
@@ -211,14 +254,15 @@ func Load(getenv func(string) string) (Config, error) {
 	if p.err == nil && c.QueueBackoff.Max > sqsvisibility.MaxVisibility {
 		p.fail(EnvQueueBackoffMax, fmt.Sprintf("at most %v (SQS's visibility limit)", sqsvisibility.MaxVisibility), c.QueueBackoff.Max.String())
 	}
-	if p.err == nil {
-		keys, err := eventkey.New(getenv(EnvKeyJMESPath), getenv(EnvPayloadJMESPath))
-		if err != nil {
-			p.err = fmt.Errorf("config: %s or %s: %w", EnvKeyJMESPath, EnvPayloadJMESPath, err)
-		}
-		c.Keys = keys
+}
+
+// keys builds the key and fingerprint expressions.
+func (p *parser) keys() *eventkey.Extractor {
+	keys, err := eventkey.New(p.getenv(EnvKeyJMESPath), p.getenv(EnvPayloadJMESPath))
+	if err != nil {
+		p.err = fmt.Errorf("config: %s or %s: %w", EnvKeyJMESPath, EnvPayloadJMESPath, err)
 	}
-	return c, p.err
+	return keys
 }
 
 type parser struct {

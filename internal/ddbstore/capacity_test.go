@@ -90,7 +90,7 @@ func TestTypicalEventFitsOneWriteUnit(t *testing.T) {
 					key += "-fail"
 				}
 				ev := action.Event{Key: key, Body: json.RawMessage(body), Source: source, ID: "m1"}
-				out, _ := engineOn(t, store).DoWork(context.Background(), request(t, key, body), action.Work(n.Do, ev))
+				out := engineOn(t, store).DoWork(context.Background(), request(t, key, body), action.Work(n.Do, ev))
 				if !out.Stored {
 					t.Fatalf("%s, %s, %s: %+v; want a stored outcome", name, source, outcome, out)
 				}

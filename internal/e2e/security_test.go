@@ -84,7 +84,7 @@ func TestE2ECallerIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, _ := engine.DoWork(context.Background(), r, func(context.Context) ([]byte, idem.Effects, error) {
+		if out := engine.DoWork(context.Background(), r, func(context.Context) ([]byte, idem.Effects, error) {
 			return action.Encode(action.Result{Status: 200, Body: []byte(`{"delivered":true,"before":"the change"}`)}), nil, nil
 		}); out.Err != nil {
 			t.Fatal(out.Err)

@@ -8,7 +8,6 @@ package emf
 import (
 	"encoding/json"
 	"io"
-	"sync"
 	"time"
 )
 
@@ -20,10 +19,12 @@ var Dimensions = []string{"FunctionName", "Source"}
 // DurationMetric is the name of the invocation's duration, in milliseconds.
 const DurationMetric = "duration"
 
-// Counts tallies metrics by name. It is safe for concurrent use.
+// Counts tallies metrics by name. It is not safe for concurrent use: each
+// invocation counts into its own Counts, after its adapter has returned
+// (concurrent invocations under Lambda Managed Instances never share one).
+// The zero value is ready to use.
 type Counts struct {
-	mu sync.Mutex
-	n  map[string]int
+	n map[string]int
 }
 
 // Add counts one.
@@ -31,8 +32,6 @@ func (c *Counts) Add(name string) { c.AddN(name, 1) }
 
 // AddN counts n.
 func (c *Counts) AddN(name string, n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.n == nil {
 		c.n = map[string]int{}
 	}
@@ -41,8 +40,6 @@ func (c *Counts) AddN(name string, n int) {
 
 // Get returns the count of name.
 func (c *Counts) Get(name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	return c.n[name]
 }
 

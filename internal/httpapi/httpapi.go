@@ -123,75 +123,87 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 }
 
 func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
-	if resp, code, ok := checkRoute(req); !ok {
-		return resp, Result{Label: idem.LabelPoison, Code: code}
+	r, ev, p := h.request(req)
+	if p != nil {
+		return p.response(), Result{Label: idem.LabelPoison, Code: p.code, Key: ev.Key}
+	}
+	out := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
+	res := Result{Label: out.Label(), Key: ev.Key, Attempts: out.Attempts}
+	if out.Err != nil {
+		res.Code, res.Error = out.Err.Code, out.Err.Detail()
+		p := problem{status: status(out), code: out.Err.Code, detail: detail(out), retryAfter: out.Err.RetryAfter}
+		return replayed(p.response(), out.Replayed), res
+	}
+	stored, err := action.Decode(out.Result)
+	if err != nil {
+		res.Label, res.Code = idem.LabelStoreError, idem.CodeCorruptRecord
+		return problem{status: 500, code: idem.CodeCorruptRecord, detail: "the stored result cannot be read"}.response(), res
+	}
+	resp := events.APIGatewayV2HTTPResponse{StatusCode: stored.Status, Body: string(stored.Body), Headers: map[string]string{"Content-Type": contentType(stored)}}
+	return replayed(resp, out.Replayed), res
+}
+
+// request checks req before any store call: its route, its caller, its
+// body and its key. It returns the engine's request and the action's event,
+// or the problem that refuses it (with the event's Key set once the key is
+// known).
+func (h *Handler) request(req events.APIGatewayV2HTTPRequest) (idem.Request, action.Event, *problem) {
+	if p := checkRoute(req); p != nil {
+		return idem.Request{}, action.Event{}, p
 	}
 	scope, ok := Scope(req, h.o.JWTIssuer)
 	if !ok {
 		// An authorizer ran and named nobody: no key space is this
 		// caller's, and the shared one is NONE's alone.
-		return problem(401, idem.CodeNoIdentity, "the authorizer named no caller (a token without sub, or no principal); keys are scoped by caller, so the request is refused", 0),
-			Result{Label: idem.LabelPoison, Code: idem.CodeNoIdentity}
+		return idem.Request{}, action.Event{}, &problem{status: 401, code: idem.CodeNoIdentity,
+			detail: "the authorizer named no caller (a token without sub, or no principal); keys are scoped by caller, so the request is refused"}
 	}
-	body, resp, code, ok := h.body(req)
-	if !ok {
-		return resp, Result{Label: idem.LabelPoison, Code: code}
+	body, p := h.body(req)
+	if p != nil {
+		return idem.Request{}, action.Event{}, p
 	}
 	ck, err := clientKey(req.Headers)
 	if err != nil {
-		return problem(400, idem.CodeInvalidKey, err.Error(), 0), Result{Label: idem.LabelPoison, Code: idem.CodeInvalidKey}
-	}
-	key := ScopedKey(scope, ck)
-	r, err := idem.NewRequest(key, body)
-	if err != nil {
-		return problem(400, idem.CodeInvalidPayload, "the body must be a JSON document: "+err.(*idem.Error).Message, 0),
-			Result{Label: idem.LabelPoison, Code: idem.CodeInvalidPayload, Key: key}
+		return idem.Request{}, action.Event{}, &problem{status: 400, code: idem.CodeInvalidKey, detail: err.Error()}
 	}
 	// The action gets the scoped key: a downstream de-duplicating on it must
 	// not merge two callers who chose the same Idempotency-Key.
+	key := ScopedKey(scope, ck)
 	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
-	out, _ := h.o.Engine.DoWork(ctx, r, action.Work(h.o.Action, ev))
-	res := Result{Label: out.Label(), Key: key, Attempts: out.Attempts}
-	if out.Err != nil {
-		res.Code, res.Error = out.Err.Code, out.Err.Detail()
-		resp := problem(status(out), out.Err.Code, detail(out), out.Err.RetryAfter)
-		if out.Replayed {
-			resp.Headers["Idempotent-Replayed"] = "true"
-		}
-		return resp, res
-	}
-	stored, err := action.Decode(out.Result)
+	r, err := idem.NewRequest(key, body)
 	if err != nil {
-		res.Label, res.Code = idem.LabelStoreError, idem.CodeCorruptRecord
-		return problem(500, idem.CodeCorruptRecord, "the stored result cannot be read", 0), res
+		return idem.Request{}, ev, &problem{status: 400, code: idem.CodeInvalidPayload, detail: "the body must be a JSON document: " + err.(*idem.Error).Message}
 	}
-	resp = events.APIGatewayV2HTTPResponse{StatusCode: stored.Status, Body: string(stored.Body), Headers: map[string]string{"Content-Type": contentType(stored)}}
-	if out.Replayed {
-		resp.Headers["Idempotent-Replayed"] = "true"
-	}
-	return resp, res
+	return r, ev, nil
 }
 
-// checkRoute accepts POST /events. It trusts routeKey when API Gateway
-// matched a route (for an ANY route, with the request's method); only for
-// the catch-all $default route does it look at the path, without a named
+// replayed marks resp as a replay of the stored answer when it is one.
+func replayed(resp events.APIGatewayV2HTTPResponse, replay bool) events.APIGatewayV2HTTPResponse {
+	if replay {
+		resp.Headers["Idempotent-Replayed"] = "true"
+	}
+	return resp
+}
+
+// checkRoute accepts POST /events (nil) or returns the problem: 405 on
+// /events, 404 elsewhere. It trusts routeKey when API Gateway matched a
+// route (for an ANY route, with the request's method); only for the
+// catch-all $default route does it look at the path, without a named
 // stage's prefix (rawPath carries it). AWS documents that rawPath does not
 // carry a custom domain's API mapping key; if yours does, the request is
 // refused (404), never served: route POST /events explicitly.
-func checkRoute(req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, idem.Code, bool) {
+func checkRoute(req events.APIGatewayV2HTTPRequest) *problem {
 	if routeKeyOf(req) == RouteKey {
-		return events.APIGatewayV2HTTPResponse{}, "", true
+		return nil
 	}
 	method, path := methodAndPath(req)
 	switch {
 	case path == Path && method == Method:
-		return events.APIGatewayV2HTTPResponse{}, "", true
+		return nil
 	case path == Path:
-		resp := problem(405, idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", method, Path, Method), 0)
-		resp.Headers["Allow"] = Method
-		return resp, idem.CodeMethodNotAllowed, false
+		return &problem{status: 405, code: idem.CodeMethodNotAllowed, detail: fmt.Sprintf("%s is not allowed on %s; use %s", method, Path, Method), allow: Method}
 	default:
-		return problem(404, idem.CodeNotFound, fmt.Sprintf("no route for %s %s; this API serves %s", method, path, RouteKey), 0), idem.CodeNotFound, false
+		return &problem{status: 404, code: idem.CodeNotFound, detail: fmt.Sprintf("no route for %s %s; this API serves %s", method, path, RouteKey)}
 	}
 }
 
@@ -230,9 +242,9 @@ func methodAndPath(req events.APIGatewayV2HTTPRequest) (method, path string) {
 
 // body returns the request body after checking its declared type (415) and
 // its size (413). A body that is not JSON is the engine's 400.
-func (h *Handler) body(req events.APIGatewayV2HTTPRequest) ([]byte, events.APIGatewayV2HTTPResponse, idem.Code, bool) {
+func (h *Handler) body(req events.APIGatewayV2HTTPRequest) ([]byte, *problem) {
 	if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
-		return nil, problem(415, idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; send application/json", ct), 0), idem.CodeUnsupportedMediaType, false
+		return nil, &problem{status: 415, code: idem.CodeUnsupportedMediaType, detail: fmt.Sprintf("the body is declared as %q; send application/json", ct)}
 	}
 	return decodeBody(req, h.o.MaxBodyBytes)
 }
@@ -240,28 +252,28 @@ func (h *Handler) body(req events.APIGatewayV2HTTPRequest) ([]byte, events.APIGa
 // decodeBody returns the request's body bytes (base64-decoded when API
 // Gateway encoded them), refusing more than limit bytes with 413 before
 // decoding.
-func decodeBody(req events.APIGatewayV2HTTPRequest, limit int) ([]byte, events.APIGatewayV2HTTPResponse, idem.Code, bool) {
-	tooLarge := func(n int) events.APIGatewayV2HTTPResponse {
-		return problem(413, idem.CodeTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", n, limit), 0)
+func decodeBody(req events.APIGatewayV2HTTPRequest, limit int) ([]byte, *problem) {
+	tooLarge := func(n int) *problem {
+		return &problem{status: 413, code: idem.CodeTooLarge, detail: fmt.Sprintf("the body is %d bytes; the limit is %d", n, limit)}
 	}
 	if !req.IsBase64Encoded {
 		if len(req.Body) > limit {
-			return nil, tooLarge(len(req.Body)), idem.CodeTooLarge, false
+			return nil, tooLarge(len(req.Body))
 		}
-		return []byte(req.Body), events.APIGatewayV2HTTPResponse{}, "", true
+		return []byte(req.Body), nil
 	}
 	if n := base64.StdEncoding.DecodedLen(len(req.Body)); n > limit+2 {
 		// Refused before decoding: no allocation for an oversized body.
-		return nil, tooLarge(n), idem.CodeTooLarge, false
+		return nil, tooLarge(n)
 	}
 	body, err := base64.StdEncoding.DecodeString(req.Body)
 	if err != nil {
-		return nil, problem(400, idem.CodeInvalidPayload, "the body is not valid base64", 0), idem.CodeInvalidPayload, false
+		return nil, &problem{status: 400, code: idem.CodeInvalidPayload, detail: "the body is not valid base64"}
 	}
 	if len(body) > limit {
-		return nil, tooLarge(len(body)), idem.CodeTooLarge, false
+		return nil, tooLarge(len(body))
 	}
-	return body, events.APIGatewayV2HTTPResponse{}, "", true
+	return body, nil
 }
 
 // isJSON accepts application/json and any */*+json, with parameters.
@@ -465,25 +477,43 @@ type problemDoc struct {
 	Code   string `json:"code"`
 }
 
-// problem builds an application/problem+json response. The body depends
-// only on its arguments, so a replayed failure is byte-identical. 409 and
-// 503 carry Retry-After: retryAfter rounded up, at least one second.
-func problem(status int, code idem.Code, detail string, retryAfter time.Duration) events.APIGatewayV2HTTPResponse {
+// A problem is a refusal or a failure, answered with an RFC 9457 problem
+// details document: the status, the code and what the caller is told.
+type problem struct {
+	status int
+	code   idem.Code
+	detail string
+	// retryAfter, for a 409 or a 503, is rounded up to the Retry-After
+	// header's seconds, at least one.
+	retryAfter time.Duration
+	// allow, for a 405, is the Allow header: the method the route takes.
+	allow string
+	// cause, when set, is what the log line says instead of detail (the
+	// receiving route logs an internal error, or why nothing was verified).
+	cause string
+}
+
+// response builds the application/problem+json response. The body depends
+// only on the problem, so a replayed failure is byte-identical.
+func (p problem) response() events.APIGatewayV2HTTPResponse {
 	body, _ := json.Marshal(problemDoc{
-		Type:   "urn:oncely:problem:" + strings.ToLower(string(code)),
-		Title:  titles[status],
-		Status: status,
-		Detail: detail,
-		Code:   string(code),
+		Type:   "urn:oncely:problem:" + strings.ToLower(string(p.code)),
+		Title:  titles[p.status],
+		Status: p.status,
+		Detail: p.detail,
+		Code:   string(p.code),
 	})
 	resp := events.APIGatewayV2HTTPResponse{
-		StatusCode: status,
+		StatusCode: p.status,
 		Headers:    map[string]string{"Content-Type": "application/problem+json"},
 		Body:       string(body),
 	}
-	if status == 409 || status == 503 {
-		secs := max(int(math.Ceil(retryAfter.Seconds())), 1)
+	if p.status == 409 || p.status == 503 {
+		secs := max(int(math.Ceil(p.retryAfter.Seconds())), 1)
 		resp.Headers["Retry-After"] = strconv.Itoa(secs)
+	}
+	if p.allow != "" {
+		resp.Headers["Allow"] = p.allow
 	}
 	return resp
 }

@@ -377,7 +377,7 @@ func TestRecordsStoredUnderTodaysScopesReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if out, _ := f.engine.DoWork(context.Background(), r, func(context.Context) ([]byte, idem.Effects, error) {
+			if out := f.engine.DoWork(context.Background(), r, func(context.Context) ([]byte, idem.Effects, error) {
 				return action.Encode(action.Result{Status: 201, Body: []byte(`{"stored":"before"}`)}), nil, nil
 			}); out.Err != nil {
 				t.Fatal(out.Err)

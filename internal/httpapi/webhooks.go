@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -152,24 +153,66 @@ func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPReques
 // receive verifies one delivery and queues its envelope. Nothing is stored;
 // nothing is queued unless the answer is 202.
 func (h *Handler) receive(ctx context.Context, req events.APIGatewayV2HTTPRequest, name, method string) (events.APIGatewayV2HTTPResponse, delivery) {
-	w := h.o.Webhooks
 	d := delivery{source: name}
-	refuse := func(code idem.Code, detail string) (events.APIGatewayV2HTTPResponse, delivery) {
-		d.code = code
-		if d.err == "" {
-			d.err = detail
-		}
-		return problem(webhookStatus[code].status, code, detail, 0), d
+	env, p := h.verify(ctx, req, method, &d)
+	if p == nil {
+		p = h.enqueue(ctx, env, &d)
 	}
+	if p != nil {
+		d.code, d.err = p.code, cmp.Or(p.cause, p.detail)
+		return p.response(), d
+	}
+	out, _ := json.Marshal(struct {
+		Queued bool   `json:"queued"`
+		Key    string `json:"key"`
+	}{true, d.key})
+	return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusAccepted, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(out)}, d
+}
+
+// verify checks one delivery to d.source and returns the envelope to queue,
+// or the problem that refuses it. It fills in what d learns on the way: the
+// delivery id (as claimed until verified), whether it was verified, its key.
+func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest, method string, d *delivery) ([]byte, *problem) {
 	if method != Method {
-		resp, _ := refuse(idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s<source>; use %s", method, WebhookPathPrefix, Method))
-		resp.Headers["Allow"] = Method
-		return resp, d
+		return nil, webhookProblem(idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s<source>; use %s", method, WebhookPathPrefix, Method))
 	}
-	sources, err := w.Sources.Get(ctx)
+	src, p := h.source(ctx, d.source)
+	if p != nil {
+		return nil, p
+	}
+	limit := min(h.o.MaxBodyBytes, h.o.Webhooks.MaxMessageBytes)
+	body, p := decodeBody(req, limit)
+	if p != nil {
+		// Too large (refused before the signature is computed) or not
+		// base64: nothing of it is looked at.
+		p.cause = "the body was refused before verification"
+		return nil, p
+	}
+	dv, err := src.Verify(req.Headers, body, h.o.Now(), h.o.Webhooks.Tolerance)
+	d.id = dv.ID
 	if err != nil {
-		d.code, d.err = idem.CodeInboundUnavailable, err.Error()
-		return problem(503, idem.CodeInboundUnavailable, "the webhook sources could not be read; nothing was queued: retry later", time.Second), d
+		e := err.(*idem.Error) // Verify's errors are all *idem.Error
+		d.verified = webhookStatus[e.Code].status != 401
+		if e.Code == idem.CodeInvalidPayload {
+			if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
+				return nil, webhookProblem(idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; set the sender's content type to application/json", ct))
+			}
+		}
+		return nil, webhookProblem(e.Code, e.Message)
+	}
+	d.verified, d.key = true, dv.Key
+	env := inbound.EnvelopeOf(dv).Encode()
+	if len(env) > limit {
+		return nil, webhookProblem(idem.CodeTooLarge, fmt.Sprintf("the delivery takes %d bytes queued; the limit is %d", len(env), limit))
+	}
+	return env, nil
+}
+
+// source returns the configured source of that name.
+func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *problem) {
+	sources, err := h.o.Webhooks.Sources.Get(ctx)
+	if err != nil {
+		return nil, &problem{status: 503, code: idem.CodeInboundUnavailable, detail: "the webhook sources could not be read; nothing was queued: retry later", retryAfter: time.Second, cause: err.Error()}
 	}
 	src, ok := sources.Lookup(name)
 	if !ok {
@@ -177,48 +220,35 @@ func (h *Handler) receive(ctx context.Context, req events.APIGatewayV2HTTPReques
 		if inbound.ValidName(name) {
 			what = fmt.Sprintf("%q", name)
 		}
-		return refuse(idem.CodeUnknownSource, "no webhook source "+what+" is configured")
+		return nil, webhookProblem(idem.CodeUnknownSource, "no webhook source "+what+" is configured")
 	}
-	limit := min(h.o.MaxBodyBytes, w.MaxMessageBytes)
-	body, resp, code, ok := decodeBody(req, limit)
-	if !ok {
-		// Too large (refused before the signature is computed) or not
-		// base64: nothing of it is looked at.
-		d.code, d.err = code, "the body was refused before verification"
-		return resp, d
-	}
-	dv, err := src.Verify(req.Headers, body, h.o.Now(), w.Tolerance)
-	d.id = dv.ID
-	if err != nil {
-		e := err.(*idem.Error) // Verify's errors are all *idem.Error
-		d.verified = webhookStatus[e.Code].status != 401
-		if e.Code == idem.CodeInvalidPayload {
-			if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
-				return refuse(idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; set the sender's content type to application/json", ct))
-			}
-		}
-		return refuse(e.Code, e.Message)
-	}
-	d.verified, d.key = true, dv.Key
-	env := inbound.EnvelopeOf(dv).Encode()
-	if len(env) > limit {
-		return refuse(idem.CodeTooLarge, fmt.Sprintf("the delivery takes %d bytes queued; the limit is %d", len(env), limit))
-	}
+	return src, nil
+}
+
+// enqueue queues a verified delivery's envelope, within the call budget.
+func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem {
 	sctx, cancel := h.o.Engine.Budget().CallContext(ctx)
 	defer cancel()
-	d.messageID, err = w.Queue.Send(sctx, env)
-	if err != nil {
-		d.code, d.err = idem.CodeInboundUnavailable, err.Error()
-		if idem.Classify(err) == idem.ClassTransient {
-			return problem(503, idem.CodeInboundUnavailable, "the delivery was verified but could not be queued; nothing was kept: retry later", time.Second), d
-		}
-		return problem(500, idem.CodeInboundUnavailable, "the delivery was verified but could not be queued; the operator can see why in the function's log", 0), d
+	var err error
+	d.messageID, err = h.o.Webhooks.Queue.Send(sctx, env)
+	switch {
+	case err == nil:
+		return nil
+	case idem.Classify(err) == idem.ClassTransient:
+		return &problem{status: 503, code: idem.CodeInboundUnavailable, detail: "the delivery was verified but could not be queued; nothing was kept: retry later", retryAfter: time.Second, cause: err.Error()}
+	default:
+		return &problem{status: 500, code: idem.CodeInboundUnavailable, detail: "the delivery was verified but could not be queued; the operator can see why in the function's log", cause: err.Error()}
 	}
-	out, _ := json.Marshal(struct {
-		Queued bool   `json:"queued"`
-		Key    string `json:"key"`
-	}{true, dv.Key})
-	return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusAccepted, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(out)}, d
+}
+
+// webhookProblem is the receiving route's refusal with code, at the status
+// the route's table gives it (and for a 405, the Allow header).
+func webhookProblem(code idem.Code, detail string) *problem {
+	p := &problem{status: webhookStatus[code].status, code: code, detail: detail}
+	if code == idem.CodeMethodNotAllowed {
+		p.allow = Method
+	}
+	return p
 }
 
 // clip bounds a value a stranger chose before it is logged.

@@ -253,3 +253,42 @@ func TestNewNeedsWholeWebhooks(t *testing.T) {
 		t.Error("New accepted Webhooks without Sources")
 	}
 }
+
+// What the log line's error says: the internal cause where the caller gets
+// a fixed sentence, else what the caller is told; a 405 names the method.
+func TestWebhookResultErrors(t *testing.T) {
+	big := `{"pad":"` + strings.Repeat("x", 2100) + `"}`
+	for _, tt := range []struct {
+		name      string
+		req       events.APIGatewayV2HTTPRequest
+		mod       func(*httpapi.Options)
+		err       string
+		allow     string
+		errInBody bool
+	}{
+		{name: "another method", req: hook("acme", nil, "", func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.HTTP.Method = "GET" }),
+			err: "GET is not allowed on /webhooks/<source>; use POST", allow: "POST", errInBody: true},
+		{name: "unknown source", req: hook("nobody", signedSW("msg_1", swBody, hookNow), swBody), err: `no webhook source "nobody" is configured`, errInBody: true},
+		{name: "body over the limit", req: hook("acme", signedSW("msg_1", big, hookNow), big), err: "the body was refused before verification"},
+		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
+			o.Webhooks.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
+		}, err: "secretsmanager down"},
+		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
+			o.Webhooks.Queue = &queue{err: idem.Permanent(errors.New("sqs: access denied"))}
+		}, err: "sqs: access denied"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newHookFixture(t, tt.mod)
+			resp, res := f.h.Handle(context.Background(), tt.req)
+			var p struct {
+				Detail string `json:"detail"`
+			}
+			if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
+				t.Fatal(err)
+			}
+			if res.Error != tt.err || resp.Headers["Allow"] != tt.allow || (p.Detail == tt.err) != tt.errInBody {
+				t.Errorf("got error %q, Allow %q, detail %q; want error %q, Allow %q, the error as the detail: %v", res.Error, resp.Headers["Allow"], p.Detail, tt.err, tt.allow, tt.errInBody)
+			}
+		})
+	}
+}

@@ -134,103 +134,32 @@ type Outcome struct {
 // The error is nil exactly when the outcome is a success; otherwise it is
 // Outcome.Err.
 func (e *Engine) Do(ctx context.Context, req Request, fn Action) (Outcome, error) {
-	return e.DoWork(ctx, req, func(ctx context.Context) ([]byte, Effects, error) {
+	out := e.DoWork(ctx, req, func(ctx context.Context) ([]byte, Effects, error) {
 		result, err := fn(ctx)
 		return result, nil, err
 	})
-}
-
-// DoWork is Do for work that may return effects: on success they are
-// committed in the same atomic operation as the record's completion, so
-// either both happened or neither did.
-func (e *Engine) DoWork(ctx context.Context, req Request, fn Work) (Outcome, error) {
-	out := e.do(ctx, req, fn)
 	if out.Err != nil {
 		return out, out.Err
 	}
 	return out, nil
 }
 
-func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
-	out := Outcome{Key: req.Key}
-	if err := ValidateKey(req.Key); err != nil {
-		out.Err = err.(*Error)
-		return out
-	}
-	if len(req.Fingerprint) != 64 {
-		out.Err = &Error{Code: CodeInvalidPayload, Message: "fingerprint must be 64 hex digits; build requests with NewRequest"}
-		return out
-	}
+// DoWork is Do for work that may return effects: on success they are
+// committed in the same atomic operation as the record's completion, so
+// either both happened or neither did. What went wrong, if anything, is
+// Outcome.Err.
+func (e *Engine) DoWork(ctx context.Context, req Request, fn Work) Outcome {
 	now := e.o.Now()
-	deadline, _ := ctx.Deadline()
-	leaseUntil := e.leaseEnd(deadline, now)
-	workEnd := e.o.Budget.WorkDeadline(leaseUntil, deadline)
-	if !e.o.Budget.CanStart(now, workEnd) {
-		out.Err = &Error{Code: CodeDeadline, Message: fmt.Sprintf("too little time left to start: %v until the work deadline", workEnd.Sub(now).Round(time.Millisecond)), Retryable: true}
-		return out
-	}
-	expires := now.Add(e.o.Retention)
-	if expires.Before(leaseUntil) {
-		// Retention never ends before the lease: an expired record counts
-		// as absent, and a live owner's record must not.
-		expires = leaseUntil
-	}
-	res := Reservation{
-		Key:         req.Key,
-		Fingerprint: req.Fingerprint,
-		Token:       e.o.NewToken(),
-		Now:         now,
-		LeaseUntil:  leaseUntil,
-		ExpiresAt:   expires,
+	res, workEnd, err := e.reservation(ctx, req, now)
+	if err != nil {
+		return Outcome{Key: req.Key, Err: err}
 	}
 	// Every store call, with the driver's own retries, ends by the store
 	// deadline, so the caller always has time to answer per record.
 	sctx, cancel := e.o.Budget.StoreContext(ctx)
 	defer cancel()
-
-	// Reserve before any work starts: a duplicate arriving from now on must
-	// see IN_PROGRESS, not an empty slot.
-	rec, acquired, err := e.o.Store.Reserve(sctx, res)
-	for round := 0; !acquired; round++ {
-		if err != nil {
-			out.Err = e.storeError(ctx, "reserve", req.Key, err)
-			return out
-		}
-		if round == maxReserveRounds {
-			// Contention beyond reason; the caller retries later.
-			out.Err = &Error{Code: CodeInProgress, Message: "the key changed hands repeatedly while reserving it", Retryable: true}
-			return out
-		}
-		if rec.Key == "" {
-			// The record vanished (retention ended) between two calls.
-			rec, acquired, err = e.o.Store.Reserve(sctx, res)
-			continue
-		}
-		if rec.Fingerprint != req.Fingerprint {
-			out.Err = &Error{Code: CodeKeyReused, Message: "the key is already used with a different payload"}
-			return out
-		}
-		out.Attempts = rec.Attempts
-		switch {
-		case rec.Status == StatusSucceeded:
-			out.Status, out.Result, out.Replayed, out.Stored = rec.Status, rec.Result, true, true
-			return out
-		case rec.Status == StatusFailed && !rec.Retryable:
-			out.Status, out.Replayed, out.Stored = rec.Status, true, true
-			out.Err = &Error{Code: rec.ErrorCode, Message: rec.ErrorMessage}
-			return out
-		case rec.Claimable(now):
-			// Compare-and-swap on the previous owner's token: of racing
-			// take-overs exactly one wins, the others see its record.
-			rec, acquired, err = e.o.Store.TakeOver(sctx, rec, res)
-		default: // IN_PROGRESS with a live lease
-			out.Status = rec.Status
-			out.Err = &Error{Code: CodeInProgress, Message: "another worker holds the key", Retryable: true, RetryAfter: rec.LeaseUntil.Sub(now)}
-			return out
-		}
-	}
-	if err != nil {
-		out.Err = e.storeError(ctx, "reserve", req.Key, err)
+	rec, out, owned := e.reserve(ctx, sctx, res)
+	if !owned {
 		return out
 	}
 	if now := e.o.Now(); !e.o.Budget.CanStart(now, workEnd) {
@@ -241,6 +170,104 @@ func (e *Engine) do(ctx context.Context, req Request, fn Work) Outcome {
 		return e.fail(sctx, rel, res, &Error{Code: CodeDeadline, Message: fmt.Sprintf("the reservation left too little time to start: %v until the work deadline", workEnd.Sub(now).Round(time.Millisecond))}, true)
 	}
 	return e.run(ctx, sctx, rec, res, workEnd, fn)
+}
+
+// reservation validates req and, when the invocation leaves time to start
+// the work, returns the reservation to write and the work deadline.
+func (e *Engine) reservation(ctx context.Context, req Request, now time.Time) (Reservation, time.Time, *Error) {
+	if err := ValidateKey(req.Key); err != nil {
+		return Reservation{}, time.Time{}, err.(*Error)
+	}
+	if len(req.Fingerprint) != 64 {
+		return Reservation{}, time.Time{}, &Error{Code: CodeInvalidPayload, Message: "fingerprint must be 64 hex digits; build requests with NewRequest"}
+	}
+	deadline, _ := ctx.Deadline()
+	leaseUntil := e.leaseEnd(deadline, now)
+	workEnd := e.o.Budget.WorkDeadline(leaseUntil, deadline)
+	if !e.o.Budget.CanStart(now, workEnd) {
+		return Reservation{}, time.Time{}, &Error{Code: CodeDeadline, Message: fmt.Sprintf("too little time left to start: %v until the work deadline", workEnd.Sub(now).Round(time.Millisecond)), Retryable: true}
+	}
+	expires := now.Add(e.o.Retention)
+	if expires.Before(leaseUntil) {
+		// Retention never ends before the lease: an expired record counts
+		// as absent, and a live owner's record must not.
+		expires = leaseUntil
+	}
+	return Reservation{
+		Key:         req.Key,
+		Fingerprint: req.Fingerprint,
+		Token:       e.o.NewToken(),
+		Now:         now,
+		LeaseUntil:  leaseUntil,
+		ExpiresAt:   expires,
+	}, workEnd, nil
+}
+
+// reserve makes this call the owner of res.Key: it writes the reservation
+// or takes an ended owner's record over. When it reports false, the call
+// ends with the outcome it returns: a replay, a refusal or a store error
+// (with the attempt count of the last record it met).
+func (e *Engine) reserve(ctx, sctx context.Context, res Reservation) (Record, Outcome, bool) {
+	out := Outcome{Key: res.Key}
+	// Reserve before any work starts: a duplicate arriving from now on must
+	// see IN_PROGRESS, not an empty slot.
+	rec, acquired, err := e.o.Store.Reserve(sctx, res)
+	for round := 0; !acquired; round++ {
+		if err != nil {
+			out.Err = e.storeError(ctx, "reserve", res.Key, err)
+			return rec, out, false
+		}
+		if round == maxReserveRounds {
+			// Contention beyond reason; the caller retries later.
+			out.Err = &Error{Code: CodeInProgress, Message: "the key changed hands repeatedly while reserving it", Retryable: true}
+			return rec, out, false
+		}
+		if rec.Key == "" {
+			// The record vanished (retention ended) between two calls.
+			rec, acquired, err = e.o.Store.Reserve(sctx, res)
+			continue
+		}
+		var ended bool
+		if out, ended = e.existing(out, rec, res); ended {
+			return rec, out, false
+		}
+		// Compare-and-swap on the previous owner's token: of racing
+		// take-overs exactly one wins, the others see its record.
+		rec, acquired, err = e.o.Store.TakeOver(sctx, rec, res)
+	}
+	if err != nil {
+		out.Err = e.storeError(ctx, "reserve", res.Key, err)
+		return rec, out, false
+	}
+	return rec, out, true
+}
+
+// existing decides what a call meets in another owner's live record rec,
+// completing out: a replay (SUCCEEDED, permanent FAILED) or a refusal
+// (KEY_REUSED, a live IN_PROGRESS lease), reported with true; or, with
+// false, a record that may be taken over (an ended lease, a retryable
+// failure).
+func (e *Engine) existing(out Outcome, rec Record, res Reservation) (Outcome, bool) {
+	if rec.Fingerprint != res.Fingerprint {
+		out.Err = &Error{Code: CodeKeyReused, Message: "the key is already used with a different payload"}
+		return out, true
+	}
+	out.Attempts = rec.Attempts
+	switch {
+	case rec.Status == StatusSucceeded:
+		out.Status, out.Result, out.Replayed, out.Stored = rec.Status, rec.Result, true, true
+		return out, true
+	case rec.Status == StatusFailed && !rec.Retryable:
+		out.Status, out.Replayed, out.Stored = rec.Status, true, true
+		out.Err = &Error{Code: rec.ErrorCode, Message: rec.ErrorMessage}
+		return out, true
+	case rec.Claimable(res.Now):
+		return out, false
+	default: // IN_PROGRESS with a live lease
+		out.Status = rec.Status
+		out.Err = &Error{Code: CodeInProgress, Message: "another worker holds the key", Retryable: true, RetryAfter: rec.LeaseUntil.Sub(res.Now)}
+		return out, true
+	}
 }
 
 // leaseEnd returns min(now+Lease, deadline); a zero deadline means none. A

@@ -59,9 +59,9 @@ func TestEffectsCommitWithTheCompletion(t *testing.T) {
 	f := newFixture(t, func(o *idem.Options) { o.Store = s })
 	r := req(t, "evt:ledger-1:ledger", `{}`)
 	for i := range 2 {
-		out, err := f.engine.DoWork(context.Background(), r, work(names{"entry-1"}))
-		if err != nil || !out.Stored {
-			t.Fatalf("delivery %d: %+v %v", i+1, out, err)
+		out := f.engine.DoWork(context.Background(), r, work(names{"entry-1"}))
+		if out.Err != nil || !out.Stored {
+			t.Fatalf("delivery %d: %+v", i+1, out)
 		}
 	}
 	if s.items["entry-1"] != 1 || s.commits != 1 {
@@ -73,20 +73,20 @@ func TestEffectConditionFailureIsAStoredBusinessFailure(t *testing.T) {
 	s := &effectStore{Store: memstore.New(), items: map[string]int{"entry-2": 1}}
 	f := newFixture(t, func(o *idem.Options) { o.Store = s })
 	r := req(t, "evt:ledger-2:ledger", `{}`)
-	out, err := f.engine.DoWork(context.Background(), r, work(names{"entry-2"}))
-	if errCode(err) != idem.CodeEffectConditionFailed || !out.Stored {
-		t.Fatalf("got %+v %v; want a stored %s", out, err, idem.CodeEffectConditionFailed)
+	out := f.engine.DoWork(context.Background(), r, work(names{"entry-2"}))
+	if outCode(out) != idem.CodeEffectConditionFailed || !out.Stored {
+		t.Fatalf("got %+v; want a stored %s", out, idem.CodeEffectConditionFailed)
 	}
-	if again, err := f.engine.DoWork(context.Background(), r, work(names{"entry-2"})); !again.Replayed || errCode(err) != idem.CodeEffectConditionFailed {
-		t.Errorf("redelivery %+v %v; want the failure replayed", again, err)
+	if again := f.engine.DoWork(context.Background(), r, work(names{"entry-2"})); !again.Replayed || outCode(again) != idem.CodeEffectConditionFailed {
+		t.Errorf("redelivery %+v; want the failure replayed", again)
 	}
 }
 
 func TestEffectsNeedAStoreThatCommitsThem(t *testing.T) {
 	f := newFixture(t) // memstore: no EffectStore
-	out, err := f.engine.DoWork(context.Background(), req(t, "evt:ledger-3:ledger", `{}`), work(names{"x"}))
-	if errCode(err) != idem.CodeInvalidEffects || !out.Stored {
-		t.Fatalf("got %+v %v; want a stored %s", out, err, idem.CodeInvalidEffects)
+	out := f.engine.DoWork(context.Background(), req(t, "evt:ledger-3:ledger", `{}`), work(names{"x"}))
+	if outCode(out) != idem.CodeInvalidEffects || !out.Stored {
+		t.Fatalf("got %+v; want a stored %s", out, idem.CodeInvalidEffects)
 	}
 }
 
@@ -96,14 +96,22 @@ func TestEffectCommitRetriedThenReleasedToTheLease(t *testing.T) {
 	throttled := idem.Transient(errors.New("throttled"))
 	s := &effectStore{Store: memstore.New(), items: map[string]int{}, fail: []error{idem.OutcomeUnknown(errors.New("reset")), throttled}}
 	f := newFixture(t, func(o *idem.Options) { o.Store = s })
-	out, err := f.engine.DoWork(context.Background(), req(t, "evt:ledger-4:ledger", `{}`), work(names{"entry-4"}))
-	if err != nil || s.commits != 3 || s.items["entry-4"] != 1 {
-		t.Fatalf("got %+v %v after %d commits; want success on the third", out, err, s.commits)
+	out := f.engine.DoWork(context.Background(), req(t, "evt:ledger-4:ledger", `{}`), work(names{"entry-4"}))
+	if out.Err != nil || s.commits != 3 || s.items["entry-4"] != 1 {
+		t.Fatalf("got %+v after %d commits; want success on the third", out, s.commits)
 	}
 	s2 := &effectStore{Store: memstore.New(), items: map[string]int{}, fail: []error{throttled, throttled, throttled}}
 	g := newFixture(t, func(o *idem.Options) { o.Store = s2 })
-	out, err = g.engine.DoWork(context.Background(), req(t, "evt:ledger-5:ledger", `{}`), work(names{"entry-5"}))
-	if errCode(err) != idem.CodeStoreUnavailable || out.Stored || s2.items["entry-5"] != 0 {
-		t.Fatalf("got %+v %v; want STORE_UNAVAILABLE with nothing applied", out, err)
+	out = g.engine.DoWork(context.Background(), req(t, "evt:ledger-5:ledger", `{}`), work(names{"entry-5"}))
+	if outCode(out) != idem.CodeStoreUnavailable || out.Stored || s2.items["entry-5"] != 0 {
+		t.Fatalf("got %+v; want STORE_UNAVAILABLE with nothing applied", out)
 	}
+}
+
+// outCode is the code of out's error, or "" when there is none.
+func outCode(out idem.Outcome) idem.Code {
+	if out.Err == nil {
+		return ""
+	}
+	return out.Err.Code
 }

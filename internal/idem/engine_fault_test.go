@@ -192,8 +192,12 @@ func TestEndlessContentionGivesInProgress(t *testing.T) {
 	r := req(t, "evt:contend-1:notify", `{}`)
 	act := &counter{script: []error{idem.TransientAfter(errBoom, time.Hour)}}
 	_, _ = f.engine.Do(context.Background(), r, act.run)
-	if _, err := f.engine.Do(context.Background(), r, act.run); !errors.Is(err, idem.ErrInProgress) || act.calls.Load() != 1 {
+	out, err := f.engine.Do(context.Background(), r, act.run)
+	if !errors.Is(err, idem.ErrInProgress) || act.calls.Load() != 1 {
 		t.Fatalf("got %v calls %d; want IN_PROGRESS without running", err, act.calls.Load())
+	}
+	if out.Attempts != 1 {
+		t.Errorf("got attempts %d; want 1, the count of the record contended for", out.Attempts)
 	}
 }
 

@@ -38,9 +38,9 @@ func TestOneEntryPerEvent(t *testing.T) {
 	ev := action.Event{Key: "evt:pay-7:ledger", Body: []byte(body), Source: "sqs"}
 	req, _ := idem.NewRequest(ev.Key, ev.Body)
 	for i := range 2 {
-		out, err := engine.DoWork(context.Background(), req, action.Work(l.Do, ev))
-		if err != nil || !out.Stored || out.Replayed != (i == 1) {
-			t.Fatalf("delivery %d: %+v %v", i+1, out, err)
+		out := engine.DoWork(context.Background(), req, action.Work(l.Do, ev))
+		if out.Err != nil || !out.Stored || out.Replayed != (i == 1) {
+			t.Fatalf("delivery %d: %+v", i+1, out)
 		}
 	}
 	out, err := client.Scan(context.Background(), &dynamodb.ScanInput{TableName: &entries})

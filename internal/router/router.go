@@ -133,9 +133,24 @@ type Router struct {
 	once sync.Once
 }
 
-// shape is an event decoded once: an SQS batch whole (each body is
-// decoded from it once, and again only by the key expression), or enough
-// of an API request to tell it from an SQS batch.
+// invocation is an event decoded in one pass: an SQS batch whole (each
+// body is decoded from it once, and again only by the key expression), or
+// an API Gateway HTTP API request whole. Their members do not overlap, so
+// one decode fills the one the payload is.
+type invocation struct {
+	Records []events.SQSMessage `json:"Records"`
+	events.APIGatewayV2HTTPRequest
+}
+
+// sqs reports whether the invocation is an SQS batch.
+func (in *invocation) sqs() bool {
+	return len(in.Records) > 0 && in.Records[0].EventSource == "aws:sqs"
+}
+
+// shape is what routing needs of an event. Only a payload the one decode
+// refused is decoded into it, to explain the refusal in the words the
+// function always used (a decode error names the Go type that refused a
+// member, so the invocation's type would word it differently).
 type shape struct {
 	Records        []events.SQSMessage `json:"Records"`
 	RequestContext struct {
@@ -156,100 +171,155 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 			result, err = nil, fmt.Errorf("internal error: %v", p)
 		}
 	}()
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	start := now()
-	if r.FirstInvoke != nil {
-		r.once.Do(func() {
-			if d, ok := ctx.Deadline(); ok {
-				r.FirstInvoke(ctx, d.Sub(start).Round(time.Second))
-			}
-		})
-	}
-	s, err := sniff(payload)
+	start := r.now()
+	r.firstInvoke(ctx, start)
+	in, err := decode(payload)
 	if err != nil {
 		return nil, err
 	}
 	var counts emf.Counts
-	source := ""
-	switch {
-	case len(s.Records) > 0 && s.Records[0].EventSource == "aws:sqs":
-		source = SourceSQS
-		resp, results, err := r.SQS.Handle(ctx, events.SQSEvent{Records: s.Records})
-		if err != nil {
+	source := SourceSQS
+	if in.sqs() {
+		if result, err = r.handleSQS(ctx, in.Records, &counts); err != nil {
 			return nil, err
 		}
-		for _, res := range results {
-			counts.Add(string(res.Label))
-			if res.VisibilityErr != nil {
-				counts.Add(MetricVisibilityFailed)
-			}
-		}
-		result = resp
-	case s.RequestContext.HTTP.Method != "":
-		source = SourceHTTP
-		var req events.APIGatewayV2HTTPRequest
-		if err := json.Unmarshal(payload, &req); err != nil {
-			return nil, fmt.Errorf("API Gateway v2 event: %w", err)
-		}
-		resp, res := r.HTTP.Handle(ctx, req)
-		if res.Webhook != "" {
-			source = SourceWebhook
-			counts.Add(string(res.Webhook))
-		} else {
-			counts.Add(string(res.Label))
-		}
-		result = resp
-	default:
-		return nil, fmt.Errorf("unsupported event: want an SQS event (an object with Records from aws:sqs) or an API Gateway HTTP API payload 2.0 request (an object with requestContext.http); got %s", describe(payload))
+	} else {
+		source, result = r.handleHTTP(ctx, in.APIGatewayV2HTTPRequest, &counts)
 	}
-	if r.Metrics != nil {
-		names := metricNames
-		secret := r.Secret
-		if source == SourceWebhook {
-			// The receiving route signs nothing: the signing secret's
-			// counts wait for the next SQS or HTTP document, whose alarms
-			// watch them; this one counts the sources secret's.
-			names, secret = webhookMetricNames, r.InboundSecret
-		}
-		if secret != nil {
-			c := secret.TakeCounts()
-			counts.AddN(MetricSigningKeyIgnored, c.Ignored)
-			counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
-		}
-		doc := emf.Document{
-			Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
-			Names: names, Counts: &counts, Duration: now().Sub(start), At: now(),
-		}
-		if err := emf.Write(r.Metrics, doc); err != nil {
-			r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())
-		}
-	}
+	r.writeMetrics(ctx, source, &counts, start)
 	return result, nil
 }
 
-// sniff decodes the payload to route it (an SQS batch whole), with an
-// error that says what the function accepts and what it got.
-func sniff(payload []byte) (shape, error) {
-	var s shape
-	notJSON := fmt.Errorf("the event is not JSON (%d bytes): want an SQS event or an API Gateway HTTP API payload 2.0 request", len(payload))
+// now reads the router's clock.
+func (r *Router) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// firstInvoke runs FirstInvoke at the container's first invocation, with
+// the time it has from start.
+func (r *Router) firstInvoke(ctx context.Context, start time.Time) {
+	if r.FirstInvoke == nil {
+		return
+	}
+	r.once.Do(func() {
+		if d, ok := ctx.Deadline(); ok {
+			r.FirstInvoke(ctx, d.Sub(start).Round(time.Second))
+		}
+	})
+}
+
+// handleSQS hands a batch to the SQS adapter and counts each record's label
+// and failed visibility change.
+func (r *Router) handleSQS(ctx context.Context, records []events.SQSMessage, counts *emf.Counts) (any, error) {
+	resp, results, err := r.SQS.Handle(ctx, events.SQSEvent{Records: records})
+	if err != nil {
+		return nil, err
+	}
+	for _, res := range results {
+		counts.Add(string(res.Label))
+		if res.VisibilityErr != nil {
+			counts.Add(MetricVisibilityFailed)
+		}
+	}
+	return resp, nil
+}
+
+// handleHTTP hands a request to the HTTP adapter and counts its label, or
+// its webhook outcome; the source says which route answered.
+func (r *Router) handleHTTP(ctx context.Context, req events.APIGatewayV2HTTPRequest, counts *emf.Counts) (string, any) {
+	resp, res := r.HTTP.Handle(ctx, req)
+	if res.Webhook != "" {
+		counts.Add(string(res.Webhook))
+		return SourceWebhook, resp
+	}
+	counts.Add(string(res.Label))
+	return SourceHTTP, resp
+}
+
+// writeMetrics writes the invocation's EMF document, when Metrics is set,
+// adding the counts of the secret the source's alarms watch.
+func (r *Router) writeMetrics(ctx context.Context, source string, counts *emf.Counts, start time.Time) {
+	if r.Metrics == nil {
+		return
+	}
+	names := metricNames
+	secret := r.Secret
+	if source == SourceWebhook {
+		// The receiving route signs nothing: the signing secret's
+		// counts wait for the next SQS or HTTP document, whose alarms
+		// watch them; this one counts the sources secret's.
+		names, secret = webhookMetricNames, r.InboundSecret
+	}
+	if secret != nil {
+		c := secret.TakeCounts()
+		counts.AddN(MetricSigningKeyIgnored, c.Ignored)
+		counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
+	}
+	doc := emf.Document{
+		Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},
+		Names: names, Counts: counts, Duration: r.now().Sub(start), At: r.now(),
+	}
+	if err := emf.Write(r.Metrics, doc); err != nil {
+		r.logger().WarnContext(ctx, "metrics not written", "error", err.Error())
+	}
+}
+
+// decode decodes the payload, in one pass, into an invocation the router
+// can route (an SQS batch or an API request), or returns an error that
+// says what the function accepts and what it got.
+func decode(payload []byte) (invocation, error) {
+	var in invocation
 	if t := bytes.TrimSpace(payload); len(t) == 0 || t[0] != '{' {
 		if !json.Valid(payload) {
-			return s, notJSON
+			return in, notJSON(payload)
 		}
-		return s, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request, both JSON objects; got %s", describe(payload))
+		return in, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request, both JSON objects; got %s", describe(payload))
 	}
 	// One pass on the hot path: a syntax error is found by this decode too.
-	if err := json.Unmarshal(payload, &s); err != nil {
+	if err := json.Unmarshal(payload, &in); err != nil {
 		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
-			return s, notJSON
+			return in, notJSON(payload)
 		}
-		// An object whose Records or requestContext has another shape.
-		return s, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request; got %s (%v)", describe(payload), err)
+		return refused(payload)
 	}
-	return s, nil
+	if !in.sqs() && in.RequestContext.HTTP.Method == "" {
+		return in, unsupported(payload)
+	}
+	return in, nil
+}
+
+// refused routes a JSON object the invocation's decode refused (a member of
+// an unexpected type) as the function did before decoding in one pass: by
+// what it needs to route, then the API request whole; it errs only where
+// that did, with the same words.
+func refused(payload []byte) (invocation, error) {
+	var s shape
+	if err := json.Unmarshal(payload, &s); err != nil {
+		// An object whose Records or requestContext has another shape.
+		return invocation{}, fmt.Errorf("unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request; got %s (%v)", describe(payload), err)
+	}
+	if in := (invocation{Records: s.Records}); in.sqs() {
+		return in, nil
+	}
+	if s.RequestContext.HTTP.Method == "" {
+		return invocation{}, unsupported(payload)
+	}
+	var in invocation
+	if err := json.Unmarshal(payload, &in.APIGatewayV2HTTPRequest); err != nil {
+		return invocation{}, fmt.Errorf("API Gateway v2 event: %w", err)
+	}
+	return in, nil
+}
+
+func notJSON(payload []byte) error {
+	return fmt.Errorf("the event is not JSON (%d bytes): want an SQS event or an API Gateway HTTP API payload 2.0 request", len(payload))
+}
+
+func unsupported(payload []byte) error {
+	return fmt.Errorf("unsupported event: want an SQS event (an object with Records from aws:sqs) or an API Gateway HTTP API payload 2.0 request (an object with requestContext.http); got %s", describe(payload))
 }
 
 // describe names a JSON payload's type and, for an object, its top-level

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 	"github.com/truora/minidyn/server"
 
@@ -409,5 +410,51 @@ func TestEMFCountsTheSigningSecretsProblems(t *testing.T) {
 			t.Errorf("document %d: %s %v, %s %v; want %v and %v", i, router.MetricSigningKeyIgnored, counts[router.MetricSigningKeyIgnored],
 				router.MetricSecretRefreshFailed, counts[router.MetricSecretRefreshFailed], want, want/2)
 		}
+	}
+}
+
+// A payload with a member of an unexpected type gets the answer it always
+// got: an error in the same words where routing needs the member (the
+// API request, Records, requestContext), and its batch run where it does
+// not.
+func TestMembersOfAnotherTypeKeepTheirAnswer(t *testing.T) {
+	h := newHarness(t)
+	with := func(payload []byte, member, value string) []byte {
+		t.Helper()
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[member] = json.RawMessage(value)
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Run("an SQS batch with a stray member runs", func(t *testing.T) {
+		out, err := h.router.Invoke(context.Background(), with(loadSQS(t, false, msg{id: "stray-1", body: bodyA}), "headers", "5"))
+		resp, ok := out.(events.SQSEventResponse)
+		if err != nil || !ok || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("got %#v, %v; want the batch handled, no failures", out, err)
+		}
+	})
+	for name, tc := range map[string]struct {
+		payload []byte
+		want    string
+	}{
+		"an API request": {with(apiRequest(t, "k-stray-1", `{}`), "headers", "5"),
+			"API Gateway v2 event: json: cannot unmarshal number into Go struct field APIGatewayV2HTTPRequest.headers of type map[string]string"},
+		"requestContext.http": {[]byte(`{"requestContext":{"http":"x"}}`),
+			`unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request; got an object with members [requestContext] (json: cannot unmarshal string into Go struct field .requestContext.http of type struct { Method string "json:\"method\"" })`},
+		"Records": {[]byte(`{"Records":[{"body":5}],"requestContext":{"http":{"method":"POST"}}}`),
+			"unsupported event: want an SQS event or an API Gateway HTTP API payload 2.0 request; got an object with members [Records, requestContext] (json: cannot unmarshal number into Go struct field SQSMessage.Records.body of type string)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := h.router.Invoke(context.Background(), tc.payload)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("got %#v, %v; want the error %q", out, err, tc.want)
+			}
+		})
 	}
 }

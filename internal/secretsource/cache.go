@@ -8,10 +8,11 @@ import (
 )
 
 // cache holds the last value read and the refresh rule Source and Document
-// share: read at Load, again when older than refresh by one caller at a
-// time (with a short timeout) while the others keep the value they have,
-// and after a failed re-read not again for retryFailedRefresh. Once read,
-// a value stays in use through any failed re-read.
+// share: read at init (Source.Reload, Document.Load), again when older than
+// refresh by one caller at a time (with a short timeout) while the others
+// keep the value they have, and after a failed re-read not again for
+// retryFailedRefresh. Once read, a value stays in use through any failed
+// re-read.
 //
 // Under Lambda Managed Instances one cache serves every invocation of the
 // process at once, so reads overlap (a refresh, and a Reload): the value
@@ -55,7 +56,7 @@ func (c *cache[T]) get(ctx context.Context) (T, error) {
 	}
 	c.mu.Unlock()
 	if !loaded {
-		// Never read (Load was not called, or failed): read now.
+		// Never read (no read at init, or it failed): read now.
 		_, v, err := c.reload(ctx)
 		return v, err
 	}

@@ -15,7 +15,7 @@ import (
 
 // panickyAPI answers with one AWSCURRENT version (no other stage), and
 // panics on the calls numbered in panics: a bug in a library the refresh
-// calls. Load makes calls 1 to 3 (AWSCURRENT, AWSPENDING, AWSPREVIOUS).
+// calls. Reload makes calls 1 to 3 (AWSCURRENT, AWSPENDING, AWSPREVIOUS).
 type panickyAPI struct {
 	value  string
 	calls  atomic.Int64
@@ -41,7 +41,7 @@ func TestAPanicInARefreshDoesNotStopLaterRefreshes(t *testing.T) {
 	clock := time.Unix(1_800_000_000, 0)
 	src := New(api, "webhook", time.Minute, slog.New(slog.DiscardHandler))
 	src.cache.now = func() time.Time { return clock }
-	if err := src.Load(context.Background()); err != nil {
+	if _, err := src.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	clock = clock.Add(2 * time.Minute)

@@ -94,7 +94,7 @@ type Source struct {
 
 // New returns a Source for the secret id (a name or an ARN), re-read after
 // refresh (zero means DefaultRefresh), warning on logger (nil: the default
-// logger). Call Load before use.
+// logger). Call Reload before use.
 func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source {
 	if logger == nil {
 		logger = slog.Default()
@@ -120,15 +120,6 @@ func (s *Source) TakeCounts() Counts {
 	return c
 }
 
-// Load reads the keys now. Use it at init: its error says what is wrong
-// (missing secret, missing permission, an AWSCURRENT value that is not a
-// key) without the value. An invalid pending or previous version is not
-// an error: it is ignored, logged and counted.
-func (s *Source) Load(ctx context.Context) error {
-	_, err := s.reload(ctx)
-	return err
-}
-
 // Keys returns the live keys, current first. When they are older than the
 // refresh interval, one caller reads them again, with a short timeout of its
 // own, while every other caller goes on with the keys already read: an
@@ -136,21 +127,21 @@ func (s *Source) Load(ctx context.Context) error {
 // re-read is tried again after 30 s.
 func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.get(ctx) }
 
-// Reload reads the keys again now (the caller does this when a receiver
-// refuses a signature) and reports whether the keys held now differ from
-// those held when it was called. A caller comparing with the keys it
-// signed with must compare those itself: another delivery may have
-// reloaded first.
+// Reload reads the keys now and reports whether the keys held now differ
+// from those held when it was called. Call it at init (the first read):
+// its error says what is wrong (missing secret, missing permission, an
+// AWSCURRENT value that is not a key) without the value. An invalid
+// pending or previous version is not an error: it is ignored, logged and
+// counted.
 //
-// It reads on every call, deliberately: a refusal right after a rotation
-// must see the new keys, or the event is stored as a permanent failure. A
-// receiver that refuses every signature therefore costs three reads per
-// delivery (AWSCURRENT, AWSPENDING and AWSPREVIOUS).
+// The notifier calls it again when a receiver refuses a signature. A
+// caller comparing with the keys it signed with must compare those itself:
+// another delivery may have reloaded first. It reads on every call,
+// deliberately: a refusal right after a rotation must see the new keys, or
+// the event is stored as a permanent failure. A receiver that refuses
+// every signature therefore costs three reads per delivery (AWSCURRENT,
+// AWSPENDING and AWSPREVIOUS).
 func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
-	return s.reload(ctx)
-}
-
-func (s *Source) reload(ctx context.Context) (bool, error) {
 	prev, keys, err := s.cache.reload(ctx)
 	if err != nil {
 		return false, err

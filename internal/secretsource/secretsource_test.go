@@ -48,7 +48,7 @@ func TestRotationOnMoto(t *testing.T) {
 	first, second := newSecretValue(), newSecretValue()
 	arn := newSecret(t, client, first)
 	src := secretsource.New(client, arn, time.Hour, nil)
-	if err := src.Load(ctx); err != nil {
+	if _, err := src.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := src.Keys(ctx)
@@ -124,8 +124,8 @@ func TestInvalidVersionsAreIgnoredWithAWarning(t *testing.T) {
 	}
 	var log bytes.Buffer
 	src := secretsource.New(client, arn, time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
-	if err := src.Load(ctx); err != nil {
-		t.Fatalf("Load with an invalid pending version: %v; want no init failure", err)
+	if _, err := src.Reload(ctx); err != nil {
+		t.Fatalf("Reload with an invalid pending version: %v; want no init failure", err)
 	}
 	keys, err := src.Keys(ctx)
 	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
@@ -158,17 +158,17 @@ func TestFailuresNameTheSecretNeverItsValue(t *testing.T) {
 	client := secretsmanager.NewFromConfig(ddblocal.Config(ddblocal.MotoEndpoint(t), nil))
 	ctx := context.Background()
 	missing := secretsource.New(client, "no-such-webhook-secret", 0, nil)
-	if err := missing.Load(ctx); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "no-such-webhook-secret") {
+	if _, err := missing.Reload(ctx); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "no-such-webhook-secret") {
 		t.Errorf("missing secret: %v (%v); want a permanent error naming it", err, idem.Classify(err))
 	}
 	bad := "this is not base64 but a password!"
 	arn := newSecret(t, client, bad)
-	err := secretsource.New(client, arn, 0, nil).Load(ctx)
+	_, err := secretsource.New(client, arn, 0, nil).Reload(ctx)
 	if idem.Classify(err) != idem.ClassPermanent || strings.Contains(err.Error(), "password") || !strings.Contains(err.Error(), arn) {
 		t.Errorf("a value that is not a key: %v; want a permanent error naming the secret, without its value", err)
 	}
 	unreachable := secretsource.New(secretsmanager.NewFromConfig(ddblocal.Config("http://127.0.0.1:1", nil), func(o *secretsmanager.Options) { o.RetryMaxAttempts = 1 }), arn, 0, nil)
-	if err := unreachable.Load(ctx); idem.Classify(err) != idem.ClassTransient {
+	if _, err := unreachable.Reload(ctx); idem.Classify(err) != idem.ClassTransient {
 		t.Errorf("unreachable Secrets Manager: %v; want transient", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	arn := newSecret(t, client, newSecretValue())
 	var log bytes.Buffer
 	src := secretsource.New(client, arn, time.Nanosecond, slog.New(slog.NewTextHandler(&log, nil)))
-	if err := src.Load(context.Background()); err != nil {
+	if _, err := src.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: &arn, ForceDeleteWithoutRecovery: aws.Bool(true)}); err != nil {
@@ -226,9 +226,9 @@ func (h *hangingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetS
 // have, and a failed re-read is not tried again on every delivery.
 func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 	api := &hangingAPI{value: newSecretValue()}
-	api.answers.Store(3) // Load: AWSCURRENT, AWSPENDING and AWSPREVIOUS
+	api.answers.Store(3) // Reload: AWSCURRENT, AWSPENDING and AWSPREVIOUS
 	src := secretsource.New(api, "webhook", time.Nanosecond, slog.New(slog.DiscardHandler))
-	if err := src.Load(context.Background()); err != nil {
+	if _, err := src.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -250,7 +250,7 @@ func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 		}
 	}
 	if n := api.calls.Load(); n != 4 {
-		t.Errorf("%d GetSecretValue calls; want 4 (Load's three, then one re-read for all callers)", n)
+		t.Errorf("%d GetSecretValue calls; want 4 (Reload's three, then one re-read for all callers)", n)
 	}
 	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 4 {
 		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call for 30 s", err, api.calls.Load())
@@ -298,7 +298,7 @@ func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
 	before, after := newSecretValue(), newSecretValue()
 	api := &rotatingAPI{value: before, entered: make(chan struct{}), hold: make(chan struct{})}
 	src := secretsource.New(api, "webhook", time.Hour, nil)
-	if err := src.Load(context.Background()); err != nil {
+	if _, err := src.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	api.mu.Lock()

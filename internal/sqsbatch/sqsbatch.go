@@ -317,8 +317,7 @@ func (h *Handler) event(body []byte, m events.SQSMessage) (idem.Request, action.
 // identical copies in the batch.
 func (b *batch) run(ctx context.Context, req idem.Request, ev action.Event) (idem.Outcome, bool) {
 	return b.flight(req, func() idem.Outcome {
-		out, _ := b.h.o.Engine.DoWork(ctx, req, action.Work(b.h.o.Action, ev))
-		return out
+		return b.h.o.Engine.DoWork(ctx, req, action.Work(b.h.o.Action, ev))
 	})
 }
 
