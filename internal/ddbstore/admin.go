@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"time"
 
@@ -43,61 +42,6 @@ const (
 	// AttrForgottenStatus is the status the forgotten record had.
 	AttrForgottenStatus = "forgotten_status"
 )
-
-type triageKind string
-
-const (
-	triageFailed triageKind = "FAILED"
-	triagePoison triageKind = "POISON"
-)
-
-// shardOf spreads ids over the triage shards (FNV-1a).
-func shardOf(id string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id)) // a hash never fails to write
-	return int(h.Sum32() % TriageShards)
-}
-
-func (s *Store) triagePK(kind triageKind, shard int) string {
-	return fmt.Sprintf("%s#%s#%d", s.namespace, kind, shard)
-}
-
-func triageSortKey(at time.Time, id string) string {
-	return fmt.Sprintf("%013d#%s", at.UnixMilli(), id)
-}
-
-// triageKey returns the triage index's key for an item of kind about id
-// (a record's key or a poison note's message id) written at at.
-func (s *Store) triageKey(kind triageKind, id string, at time.Time) (pk, sk types.AttributeValue) {
-	return str(s.triagePK(kind, shardOf(id))), str(triageSortKey(at, id))
-}
-
-// item encodes a record without a result (IN_PROGRESS, or FAILED): the
-// inverse of decode for those records. TakeOver and Release write whole
-// items with it. A FAILED record gets the triage index's key.
-func (s *Store) item(rec idem.Record) map[string]types.AttributeValue {
-	item := map[string]types.AttributeValue{
-		AttrPK:          str(s.pk(rec.Key)),
-		AttrStatus:      str(string(rec.Status)),
-		AttrFingerprint: str(rec.Fingerprint),
-		AttrAttempts:    n(int64(rec.Attempts)),
-		AttrToken:       str(rec.Token),
-		AttrLeaseUntil:  ms(rec.LeaseUntil),
-		AttrExpiresAt:   n(epochSeconds(rec.ExpiresAt)),
-		AttrCreatedAt:   ms(rec.CreatedAt),
-		AttrUpdatedAt:   ms(rec.UpdatedAt),
-	}
-	if rec.Status == idem.StatusFailed {
-		item[AttrErrorCode] = str(string(rec.ErrorCode))
-		item[AttrErrorMsg] = str(rec.ErrorMessage)
-		item[AttrRetryable] = &types.AttributeValueMemberBOOL{Value: rec.Retryable}
-		item[AttrTriage], item[AttrTriageSK] = s.triageKey(triageFailed, rec.Key, rec.UpdatedAt)
-	}
-	if rec.Audit != "" {
-		item[AttrAudit] = str(rec.Audit)
-	}
-	return item
-}
 
 // AdminClient is the part of *dynamodb.Client that Admin uses.
 type AdminClient interface {
@@ -210,7 +154,7 @@ func (a *Admin) Check(ctx context.Context) (TableInfo, error) {
 func (a *Admin) Inspect(ctx context.Context, key string) (idem.Record, bool, error) {
 	out, err := a.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &a.table,
-		Key:            map[string]types.AttributeValue{AttrPK: str(a.pk(key))},
+		Key:            keyOfPK(a.pk(key)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -250,10 +194,10 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	states := map[string]types.AttributeValue{":failed": str(string(idem.StatusFailed)), ":in_progress": str(string(idem.StatusInProgress))}
 	swap := swapOn(prev, r.Now)
 	if r.Force {
-		swap = swap.and("(#status = :failed OR #status = :in_progress)", nil, states)
+		swap = swap.and("(#status = :failed OR #status = :in_progress)", swapNames, states)
 	} else {
 		states[":now_ms"] = ms(r.Now)
-		swap = swap.and("(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))", []string{AttrLeaseUntil}, states)
+		swap = swap.and("(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))", swapLeaseNames, states)
 	}
 	_, err := a.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &a.table,
@@ -290,8 +234,6 @@ func (a *Admin) found(ctx context.Context, item map[string]types.AttributeValue,
 	return rec, nil
 }
 
-func (s *Store) forgottenPK(key string) string { return s.namespace + "#forgotten#" + key }
-
 // Forget implements idem.Operator: one TransactWriteItems that deletes the
 // record, conditional on the record the operator saw, and leaves a forget
 // note with f.Audit under "<namespace>#forgotten#<key>" (see GetForgotten),
@@ -304,29 +246,12 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 		rec, err := a.current(ctx, prev.Key, f.Now)
 		return rec, false, err
 	}
-	note := map[string]types.AttributeValue{
-		AttrPK:              str(a.forgottenPK(prev.Key)),
-		AttrStatus:          str(StatusForgotten),
-		AttrForgottenStatus: str(string(prev.Status)),
-		AttrFingerprint:     str(prev.Fingerprint),
-		AttrAttempts:        n(int64(prev.Attempts)),
-		AttrErrorCode:       str(string(prev.ErrorCode)),
-		AttrExpiresAt:       n(epochSeconds(prev.ExpiresAt)),
-		AttrCreatedAt:       ms(f.Now),
-		AttrUpdatedAt:       ms(f.Now),
-	}
-	if f.Audit != "" {
-		note[AttrAudit] = str(f.Audit)
-	}
-	if f.Token != "" {
-		note[AttrToken] = str(f.Token)
-	}
-	swap := swapOn(prev, f.Now).and("(#status <> :in_progress OR #lease_until <= :now_ms)", []string{AttrLeaseUntil},
+	swap := swapOn(prev, f.Now).and("(#status <> :in_progress OR #lease_until <= :now_ms)", swapLeaseNames,
 		map[string]types.AttributeValue{":in_progress": str(string(idem.StatusInProgress)), ":now_ms": ms(f.Now)})
 	_, err := a.admin.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Delete: &types.Delete{
 			TableName: &a.table,
-			Key:       map[string]types.AttributeValue{AttrPK: str(a.pk(prev.Key))},
+			Key:       keyOfPK(a.pk(prev.Key)),
 			// The compare-and-swap of Release, with the forget rule: never
 			// under a live lease.
 			ConditionExpression:                 &swap.expr,
@@ -334,31 +259,38 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 			ExpressionAttributeValues:           swap.values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}},
-		{Put: &types.Put{TableName: &a.table, Item: note}},
+		{Put: &types.Put{TableName: &a.table, Item: a.forgetNoteItem(prev, f)}},
 	}})
 	if err == nil {
 		return prev, true, nil
 	}
 	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) > 0 &&
 		aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		cur, err := a.found(ctx, tce.CancellationReasons[0].Item, prev.Key, f.Now)
-		if err != nil || f.Token == "" {
-			return cur, false, err
-		}
-		// DynamoDB recognises a re-sent transaction by its
-		// ClientRequestToken (the SDK sets one) for 10 minutes; moto does
-		// not. Either way, our own note under our token says the forget
-		// happened, even if the key has been reserved afresh since.
-		note, found, err := a.GetForgotten(ctx, prev.Key, f.Now)
-		if err != nil {
-			return cur, false, err
-		}
-		if found && note.Token == f.Token {
-			return prev, true, nil
-		}
-		return cur, false, nil
+		return a.forgetRefused(ctx, prev, f, tce.CancellationReasons[0].Item)
 	}
 	return idem.Record{}, false, a.classify("TransactWriteItems", err)
+}
+
+// forgetRefused settles a forget whose delete failed its condition: item is
+// what the server returned of the record (perhaps nothing). The forget
+// happened after all if our own note is there.
+func (a *Admin) forgetRefused(ctx context.Context, prev idem.Record, f idem.Forget, item map[string]types.AttributeValue) (idem.Record, bool, error) {
+	cur, err := a.found(ctx, item, prev.Key, f.Now)
+	if err != nil || f.Token == "" {
+		return cur, false, err
+	}
+	// DynamoDB recognises a re-sent transaction by its ClientRequestToken
+	// (the SDK sets one) for 10 minutes; moto does not. Either way, our own
+	// note under our token says the forget happened, even if the key has
+	// been reserved afresh since.
+	note, found, err := a.GetForgotten(ctx, prev.Key, f.Now)
+	if err != nil {
+		return cur, false, err
+	}
+	if found && note.Token == f.Token {
+		return prev, true, nil
+	}
+	return cur, false, nil
 }
 
 // ForgetNote is what a forget left behind: the record's state when it was
@@ -380,7 +312,7 @@ type ForgetNote struct {
 func (a *Admin) GetForgotten(ctx context.Context, key string, now time.Time) (ForgetNote, bool, error) {
 	out, err := a.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &a.table,
-		Key:            map[string]types.AttributeValue{AttrPK: str(a.forgottenPK(key))},
+		Key:            keyOfPK(a.forgottenPK(key)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -389,14 +321,9 @@ func (a *Admin) GetForgotten(ctx context.Context, key string, now time.Time) (Fo
 	if len(out.Item) == 0 {
 		return ForgetNote{}, false, nil
 	}
-	d := decoder{item: out.Item}
-	note := ForgetNote{
-		Key: key, Status: idem.Status(d.s(AttrForgottenStatus)), ErrorCode: idem.Code(d.s(AttrErrorCode)),
-		Fingerprint: d.s(AttrFingerprint), Attempts: int(d.n(AttrAttempts)), At: time.UnixMilli(d.n(AttrCreatedAt)),
-		ExpiresAt: time.Unix(d.n(AttrExpiresAt), 0), Audit: d.s(AttrAudit), Token: d.s(AttrToken),
-	}
-	if d.err != nil {
-		return ForgetNote{}, false, idem.Permanent(fmt.Errorf("ddbstore: malformed forget note for %q: %w", key, d.err))
+	note, err := decodeForgetNote(out.Item, key)
+	if err != nil {
+		return ForgetNote{}, false, err
 	}
 	if !now.Before(note.ExpiresAt) {
 		return ForgetNote{}, false, nil
@@ -404,10 +331,10 @@ func (a *Admin) GetForgotten(ctx context.Context, key string, now time.Time) (Fo
 	return note, true, nil
 }
 
-// classify is Store.classify, plus the one validation error an operator
-// meets on an older table: a query of an index it does not have.
+// classify is Store.classify, plus the one refusal an operator meets on an
+// older table: a query of an index it does not have (see missingIndex).
 func (a *Admin) classify(op string, err error) error {
-	if op == "Query" && strings.Contains(err.Error(), "index") {
+	if op == "Query" && missingIndex(err) {
 		return idem.Permanent(fmt.Errorf("dynamodb table %q has no index %q (it predates oncelyctl; deploy the current template.yaml, or list with --scan): %w", a.table, IndexTriage, err))
 	}
 	return a.Store.classify(op, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -139,4 +140,27 @@ func (s *Store) classify(op string, err error) error {
 		return idem.Transient(call) // a read has no side effect to be unsure of
 	}
 	return idem.OutcomeUnknown(call)
+}
+
+// missingIndex reports whether a query was refused because the table has
+// no such index. It is the one place where the driver reads an error's
+// message, because the code alone does not say it: DynamoDB answers
+// ValidationException ("The table does not have the specified index:
+// <name>"), the code of every malformed request, and moto answers
+// ResourceNotFoundException ("Invalid index: <name> for table: <table>"),
+// the code of a missing table (TestQueryOfAMissingIndexIsNamed). The code
+// is checked first; the message only tells this refusal from the code's
+// other uses.
+func missingIndex(err error) bool {
+	api, ok := errors.AsType[smithy.APIError](err)
+	if !ok {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "ValidationException":
+		return strings.Contains(api.ErrorMessage(), "does not have the specified index")
+	case "ResourceNotFoundException":
+		return strings.HasPrefix(api.ErrorMessage(), "Invalid index")
+	}
+	return false
 }

@@ -15,17 +15,12 @@
 package ddbstore
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -75,7 +70,9 @@ const (
 )
 
 // Client is the part of *dynamodb.Client the store uses. Any wrapper (for
-// counting or delaying calls) that keeps the semantics will do.
+// counting or delaying calls) that keeps the semantics will do, if it
+// writes nothing into a request: its ExpressionAttributeNames are shared by
+// concurrent calls (see codec.go).
 type Client interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
@@ -106,19 +103,9 @@ func New(client Client, table, namespace string) (*Store, error) {
 // Table returns the table name.
 func (s *Store) Table() string { return s.table }
 
-func (s *Store) pk(key string) string { return s.namespace + "#" + key }
-
-// names maps the expression placeholders to attribute names; several of
-// them (status, token) are DynamoDB reserved words.
-func names(attrs ...string) map[string]string {
-	m := make(map[string]string, len(attrs))
-	for _, a := range attrs {
-		m["#"+a] = a
-	}
-	return m
-}
-
 // condition is a condition expression with the names and values it uses.
+// Its names are one of the shared read-only maps of codec.go; its values
+// are its own: no two conditions share a map that is written.
 type condition struct {
 	expr   string
 	names  map[string]string
@@ -132,7 +119,7 @@ type condition struct {
 func swapOn(prev idem.Record, now time.Time) condition {
 	return condition{
 		expr:  "#token = :prev_token AND #status = :prev_status AND #attempts = :prev_attempts AND #expires_at > :now_s",
-		names: names(AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt),
+		names: swapNames,
 		values: map[string]types.AttributeValue{
 			":prev_token":    str(prev.Token),
 			":prev_status":   str(string(prev.Status)),
@@ -142,54 +129,25 @@ func swapOn(prev idem.Record, now time.Time) condition {
 	}
 }
 
-// and returns c AND rule, with the attributes and values rule uses.
-func (c condition) and(rule string, attrs []string, values map[string]types.AttributeValue) condition {
-	c.expr += " AND " + rule
-	for _, a := range attrs {
-		c.names["#"+a] = a
-	}
-	maps.Copy(c.values, values)
-	return c
-}
-
-func n(v int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-}
-func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func ms(t time.Time) types.AttributeValue {
-	return n(t.UnixMilli())
-}
-
-// epochSeconds rounds up, so that retention is never shortened. Expiry is
-// then "now >= expires_at", which holds exactly when floor(now) >= expires_at:
-// conditions compare against floor(now) in seconds.
-func epochSeconds(t time.Time) int64 {
-	s := t.Unix()
-	if t.After(time.Unix(s, 0)) {
-		s++
-	}
-	return s
+// and returns c AND rule. attrNames names every attribute of the whole
+// expression (one of codec.go's maps); the values are c's and rule's, in a
+// map of the new condition's own, so c is left as it was.
+func (c condition) and(rule string, attrNames map[string]string, values map[string]types.AttributeValue) condition {
+	v := make(map[string]types.AttributeValue, len(c.values)+len(values))
+	maps.Copy(v, c.values)
+	maps.Copy(v, values)
+	return condition{expr: c.expr + " AND " + rule, names: attrNames, values: v}
 }
 
 // Reserve implements idem.Store with one conditional PutItem.
 func (s *Store) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
-	item := map[string]types.AttributeValue{
-		AttrPK:          str(s.pk(r.Key)),
-		AttrStatus:      str(string(idem.StatusInProgress)),
-		AttrFingerprint: str(r.Fingerprint),
-		AttrAttempts:    n(1),
-		AttrToken:       str(r.Token),
-		AttrLeaseUntil:  ms(r.LeaseUntil),
-		AttrExpiresAt:   n(epochSeconds(r.ExpiresAt)),
-		AttrCreatedAt:   ms(r.Now),
-		AttrUpdatedAt:   ms(r.Now),
-	}
+	item := s.item(reserved(r))
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table,
 		Item:      item,
 		// Expired records count as absent: TTL deletion lags by up to days.
 		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #expires_at <= :now_s"),
-		ExpressionAttributeNames:            names(AttrPK, AttrExpiresAt),
+		ExpressionAttributeNames:            reserveNames,
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now_s": n(r.Now.Unix())},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -246,7 +204,7 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 	item := s.item(rec)
 	swap := swapOn(prev, r.Now).and("#fingerprint = :fp AND "+
 		"((#status = :in_progress AND #lease_until <= :now_ms) OR (#status = :failed AND #retryable = :true))",
-		[]string{AttrFingerprint, AttrLeaseUntil, AttrRetryable},
+		takeOverNames,
 		map[string]types.AttributeValue{
 			":fp":          str(r.Fingerprint),
 			":in_progress": str(string(idem.StatusInProgress)),
@@ -273,71 +231,33 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 	return s.conflict(ctx, "PutItem", r, err)
 }
 
-// completeExpression is the update that completes a record, for Complete
-// and CompleteWithEffects alike. The record was written whole by Reserve or
-// TakeOver with no result or failure fields, so nothing needs removing.
-const completeExpression = "SET #status = :succeeded, #result = :result, #result_encoding = :enc, " +
-	"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms"
-
-// completeValues are completeExpression's values, and the token it is
-// fenced by.
-func completeValues(f idem.Finish, result types.AttributeValue, enc string) map[string]types.AttributeValue {
-	v := finishValues(f)
-	v[":succeeded"], v[":result"], v[":enc"] = str(string(idem.StatusSucceeded)), result, str(enc)
-	return v
-}
-
-// finishValues are the values every finishing write sets: the fencing
-// token, the attempt count, the retention and the time.
-func finishValues(f idem.Finish) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		":token":    str(f.Token),
-		":attempts": n(int64(f.Attempts)),
-		":expires":  n(epochSeconds(f.ExpiresAt)),
-		":now_ms":   ms(f.Now),
-	}
-}
-
 // Complete implements idem.Store: one UpdateItem fenced by the token.
 func (s *Store) Complete(ctx context.Context, f idem.Finish) error {
 	result, enc, err := encodeResult(f.Result, len(s.pk(f.Key)))
 	if err != nil {
 		return err
 	}
-	return s.finish(ctx, f, completeExpression, completeValues(f, result, enc), AttrResult, AttrResultEnc)
+	return s.finish(ctx, f, completeExpression, completeNames, completeValues(f, result, enc))
 }
 
 // Fail implements idem.Store: one UpdateItem fenced by the token. It puts
 // the record in the triage index (see admin.go).
 func (s *Store) Fail(ctx context.Context, f idem.Finish) error {
-	triage, triageSK := s.triageKey(triageFailed, f.Key, f.Now)
-	return s.finish(ctx, f,
-		"SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, "+
-			"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms, #triage = :triage, #triage_sk = :triage_sk",
-		failValues(f, triage, triageSK),
-		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK)
-}
-
-func failValues(f idem.Finish, triage, triageSK types.AttributeValue) map[string]types.AttributeValue {
-	v := finishValues(f)
-	v[":failed"], v[":code"], v[":msg"] = str(string(idem.StatusFailed)), str(string(f.ErrorCode)), str(f.ErrorMessage)
-	v[":retryable"] = &types.AttributeValueMemberBOOL{Value: f.Retryable}
-	v[":triage"], v[":triage_sk"] = triage, triageSK
-	return v
+	return s.finish(ctx, f, failExpression, failNames, s.failValues(f))
 }
 
 // finish runs a finishing update (values from finishValues) fenced by the
 // token.
-func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values map[string]types.AttributeValue, attrs ...string) error {
+func (s *Store) finish(ctx context.Context, f idem.Finish, update string, attrNames map[string]string, values map[string]types.AttributeValue) error {
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        &s.table,
-		Key:              map[string]types.AttributeValue{AttrPK: str(s.pk(f.Key))},
+		Key:              keyOfPK(s.pk(f.Key)),
 		UpdateExpression: &update,
 		// Fenced: only the current owner writes. A worker whose lease was
 		// taken over must never overwrite the new owner's record, and a
 		// missing record is never created by a completion.
 		ConditionExpression:       aws.String("#token = :token"),
-		ExpressionAttributeNames:  names(append(attrs, AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt)...),
+		ExpressionAttributeNames:  attrNames,
 		ExpressionAttributeValues: values,
 	})
 	if err == nil {
@@ -353,7 +273,7 @@ func (s *Store) finish(ctx context.Context, f idem.Finish, update string, values
 func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record, bool, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &s.table,
-		Key:            map[string]types.AttributeValue{AttrPK: str(s.pk(key))},
+		Key:            keyOfPK(s.pk(key)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -382,15 +302,13 @@ func (s *Store) Get(ctx context.Context, key string, now time.Time) (idem.Record
 func (s *Store) Probe(ctx context.Context) error {
 	_, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.table,
-		Key:       map[string]types.AttributeValue{AttrPK: str(s.namespace + "#probe")},
+		Key:       keyOfPK(s.namespace + "#probe"),
 	})
 	if err != nil {
 		return s.classify("GetItem", err)
 	}
 	return nil
 }
-
-func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + id }
 
 // RecordPoison implements idem.PoisonRecorder: a note under
 // "<namespace>#poison#<id>" with the reason, the key if the message gave
@@ -399,24 +317,7 @@ func (s *Store) poisonPK(id string) string { return s.namespace + "#poison#" + i
 // at most idem.MaxPoisonDetail bytes. Writing the same note twice is
 // harmless, so the put is plain. The note is in the triage index.
 func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
-	triage, triageSK := s.triageKey(triagePoison, p.ID, p.At)
-	item := map[string]types.AttributeValue{
-		AttrPK:         str(s.poisonPK(p.ID)),
-		AttrStatus:     str(StatusPoison),
-		AttrReason:     str(string(p.Reason)),
-		AttrDetail:     str(p.Detail),
-		AttrBodySHA256: str(p.BodySHA256),
-		AttrBodySize:   n(int64(p.BodySize)),
-		AttrExpiresAt:  n(epochSeconds(p.ExpiresAt)),
-		AttrCreatedAt:  ms(p.At),
-		AttrUpdatedAt:  ms(p.At),
-		AttrTriage:     triage,
-		AttrTriageSK:   triageSK,
-	}
-	if p.Key != "" {
-		item[AttrPoisonKey] = str(p.Key)
-	}
-	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: item})
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: s.poisonItem(p)})
 	if err != nil {
 		return s.classify("PutItem", err)
 	}
@@ -427,7 +328,7 @@ func (s *Store) RecordPoison(ctx context.Context, p idem.Poison) error {
 func (s *Store) GetPoison(ctx context.Context, id string, now time.Time) (idem.Poison, bool, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &s.table,
-		Key:            map[string]types.AttributeValue{AttrPK: str(s.poisonPK(id))},
+		Key:            keyOfPK(s.poisonPK(id)),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -441,148 +342,4 @@ func (s *Store) GetPoison(ctx context.Context, id string, now time.Time) (idem.P
 		return idem.Poison{}, false, err
 	}
 	return p, true, nil
-}
-
-// decodePoison reads a poison note item.
-func decodePoison(item map[string]types.AttributeValue, namespace string) (idem.Poison, error) {
-	d := decoder{item: item}
-	pk := d.s(AttrPK)
-	p := idem.Poison{
-		ID:         strings.TrimPrefix(pk, namespace+"#poison#"),
-		Key:        d.s(AttrPoisonKey),
-		Reason:     idem.Code(d.s(AttrReason)),
-		Detail:     d.s(AttrDetail),
-		BodySHA256: d.s(AttrBodySHA256),
-		BodySize:   int(d.n(AttrBodySize)),
-		At:         time.UnixMilli(d.n(AttrCreatedAt)),
-		ExpiresAt:  time.Unix(d.n(AttrExpiresAt), 0),
-	}
-	if d.err != nil {
-		return idem.Poison{}, idem.Permanent(fmt.Errorf("ddbstore: malformed poison note %q: %w", pk, d.err))
-	}
-	return p, nil
-}
-
-// encodeResult stores a result as S when it is valid UTF-8 (readable by
-// operators; JSON always is), as B otherwise, and gzipped as B from
-// CompressAbove bytes on. It enforces the item size limit.
-func encodeResult(result []byte, keyLen int) (types.AttributeValue, string, error) {
-	if len(result) <= CompressAbove {
-		if utf8.Valid(result) {
-			return str(string(result)), encodingNone, nil
-		}
-		return &types.AttributeValueMemberB{Value: result}, encodingNone, nil
-	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	_, _ = zw.Write(result) // writes to a bytes.Buffer do not fail
-	_ = zw.Close()
-	if limit := MaxItemBytes - itemOverhead - keyLen; buf.Len() > limit {
-		return nil, "", idem.PermanentCode(idem.CodeResultTooLarge,
-			fmt.Errorf("result is %d bytes (%d gzipped); a record holds at most %d bytes (DynamoDB's 400 KB item limit)", len(result), buf.Len(), limit))
-	}
-	return &types.AttributeValueMemberB{Value: buf.Bytes()}, encodingGzip, nil
-}
-
-func decodeResult(b []byte, enc string) ([]byte, error) {
-	switch enc {
-	case encodingNone, "":
-		return b, nil
-	case encodingGzip:
-		zr, err := gzip.NewReader(bytes.NewReader(b))
-		if err != nil {
-			return nil, err
-		}
-		return io.ReadAll(zr)
-	default:
-		return nil, fmt.Errorf("unknown result encoding %q", enc)
-	}
-}
-
-// decode reads a record item. A malformed item is a permanent error naming
-// the attribute: it means the table is shared with something else.
-func decode(item map[string]types.AttributeValue, namespace string) (idem.Record, error) {
-	d := decoder{item: item}
-	pk := d.s(AttrPK)
-	rec := idem.Record{
-		Key:          strings.TrimPrefix(pk, namespace+"#"),
-		Status:       idem.Status(d.s(AttrStatus)),
-		Fingerprint:  d.s(AttrFingerprint),
-		Attempts:     int(d.n(AttrAttempts)),
-		Token:        d.s(AttrToken),
-		LeaseUntil:   time.UnixMilli(d.n(AttrLeaseUntil)),
-		ExpiresAt:    time.Unix(d.n(AttrExpiresAt), 0),
-		ErrorCode:    idem.Code(d.s(AttrErrorCode)),
-		ErrorMessage: d.s(AttrErrorMsg),
-		CreatedAt:    time.UnixMilli(d.n(AttrCreatedAt)),
-		UpdatedAt:    time.UnixMilli(d.n(AttrUpdatedAt)),
-		Audit:        d.s(AttrAudit),
-	}
-	if v, ok := item[AttrRetryable].(*types.AttributeValueMemberBOOL); ok {
-		rec.Retryable = v.Value
-	}
-	if v, ok := item[AttrResult]; ok {
-		var raw []byte
-		switch v := v.(type) {
-		case *types.AttributeValueMemberB:
-			raw = v.Value
-		case *types.AttributeValueMemberS:
-			raw = []byte(v.Value)
-		default:
-			d.bad(AttrResult, "B or S")
-		}
-		if d.err == nil {
-			res, err := decodeResult(raw, d.s(AttrResultEnc))
-			if err != nil {
-				d.err = fmt.Errorf("attribute %s: %w", AttrResult, err)
-			}
-			if res == nil {
-				res = []byte{}
-			}
-			rec.Result = res
-		}
-	}
-	if d.err != nil {
-		return idem.Record{}, idem.Permanent(fmt.Errorf("ddbstore: malformed record %q: %w", pk, d.err))
-	}
-	return rec, nil
-}
-
-type decoder struct {
-	item map[string]types.AttributeValue
-	err  error
-}
-
-func (d *decoder) bad(attr, want string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("attribute %s is not %s", attr, want)
-	}
-}
-
-func (d *decoder) s(attr string) string {
-	switch v := d.item[attr].(type) {
-	case nil:
-		return ""
-	case *types.AttributeValueMemberS:
-		return v.Value
-	default:
-		d.bad(attr, "a string (S)")
-		return ""
-	}
-}
-
-func (d *decoder) n(attr string) int64 {
-	switch v := d.item[attr].(type) {
-	case nil:
-		return 0
-	case *types.AttributeValueMemberN:
-		i, err := strconv.ParseInt(v.Value, 10, 64)
-		if err != nil {
-			d.bad(attr, "an integer (N)")
-		}
-		return i
-	default:
-		d.bad(attr, "a number (N)")
-		return 0
-	}
 }

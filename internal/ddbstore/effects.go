@@ -76,12 +76,12 @@ func (s *Store) CompleteWithEffects(ctx context.Context, f idem.Finish, effects 
 	}
 	record := types.TransactWriteItem{Update: &types.Update{
 		TableName:        &s.table,
-		Key:              map[string]types.AttributeValue{AttrPK: str(s.pk(f.Key))},
+		Key:              keyOfPK(s.pk(f.Key)),
 		UpdateExpression: aws.String(completeExpression),
 		// Fenced, and only from IN_PROGRESS: a record another owner took
 		// over, or one already finished, takes none of these writes.
 		ConditionExpression:       aws.String("#token = :token AND #status = :in_progress"),
-		ExpressionAttributeNames:  names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt, AttrResult, AttrResultEnc),
+		ExpressionAttributeNames:  completeNames,
 		ExpressionAttributeValues: completeValues(f, result, enc),
 	}}
 	record.Update.ExpressionAttributeValues[":in_progress"] = str(string(idem.StatusInProgress))

@@ -275,51 +275,13 @@ func (a *Admin) query(ctx context.Context, q Query) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	kind := triageFailed
-	if q.Poison {
-		kind = triagePoison
-	}
-	lo, hi := "0", "9999999999999$" // '$' sorts after the '#' that follows the time
-	if !q.Since.IsZero() {
-		lo = fmt.Sprintf("%013d", q.Since.UnixMilli())
-	}
-	if !q.Until.IsZero() {
-		hi = fmt.Sprintf("%013d$", q.Until.UnixMilli())
-	}
-	if after != "" && after < hi {
-		hi = after // inclusive in BETWEEN; the item itself is skipped below
-	}
 	p := Page{Cost: Cost{Method: "query"}}
-	shards := make([]*shardReader, TriageShards)
-	for i := range shards {
-		attrNames := map[string]string{"#triage": AttrTriage, "#triage_sk": AttrTriageSK}
-		values := map[string]types.AttributeValue{
-			":triage": str(a.triagePK(kind, i)), ":lo": str(lo), ":hi": str(hi),
-		}
-		filter := a.filter(q, attrNames, values)
-		shards[i] = &shardReader{a: a, cost: &p.Cost, skip: after, in: &dynamodb.QueryInput{
-			TableName:                 &a.table,
-			IndexName:                 aws.String(IndexTriage),
-			KeyConditionExpression:    aws.String("#triage = :triage AND #triage_sk BETWEEN :lo AND :hi"),
-			FilterExpression:          &filter,
-			ExpressionAttributeNames:  attrNames,
-			ExpressionAttributeValues: values,
-			ScanIndexForward:          aws.Bool(false),
-			Limit:                     aws.Int32(int32(q.Limit) + 1),
-			ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
-		}}
-	}
+	shards := a.shardReaders(q, after, &p.Cost)
 	var last string
 	for p.Cost.ItemsReturned < q.Limit {
-		var best *shardReader
-		for _, s := range shards {
-			ok, err := s.fill(ctx)
-			if err != nil {
-				return Page{}, err
-			}
-			if ok && (best == nil || s.head() > best.head()) {
-				best = s
-			}
+		best, err := newest(ctx, shards)
+		if err != nil {
+			return Page{}, err
 		}
 		if best == nil {
 			return p, nil // every shard is exhausted
@@ -334,15 +296,80 @@ func (a *Admin) query(ctx context.Context, q Query) (Page, error) {
 			p.Cost.ItemsReturned++
 		}
 	}
-	for _, s := range shards {
-		if ok, err := s.fill(ctx); err != nil {
-			return Page{}, err
-		} else if ok {
-			p.Next = cursor('q', last)
-			break
-		}
+	more, err := anyLeft(ctx, shards)
+	if err != nil {
+		return Page{}, err
+	}
+	if more {
+		p.Next = cursor('q', last)
 	}
 	return p, nil
+}
+
+// shardReaders are the queries of q's triage shards, newest first, from
+// the cursor's sort key after (if any) down, counting into cost.
+func (a *Admin) shardReaders(q Query, after string, cost *Cost) []*shardReader {
+	kind := triageFailed
+	if q.Poison {
+		kind = triagePoison
+	}
+	lo, hi := "0", "9999999999999$" // '$' sorts after the '#' that follows the time
+	if !q.Since.IsZero() {
+		lo = fmt.Sprintf("%013d", q.Since.UnixMilli())
+	}
+	if !q.Until.IsZero() {
+		hi = fmt.Sprintf("%013d$", q.Until.UnixMilli())
+	}
+	if after != "" && after < hi {
+		hi = after // inclusive in BETWEEN; the item itself is skipped by the reader
+	}
+	shards := make([]*shardReader, TriageShards)
+	for i := range shards {
+		attrNames := map[string]string{"#triage": AttrTriage, "#triage_sk": AttrTriageSK}
+		values := map[string]types.AttributeValue{
+			":triage": str(a.triagePK(kind, i)), ":lo": str(lo), ":hi": str(hi),
+		}
+		filter := a.filter(q, attrNames, values)
+		shards[i] = &shardReader{a: a, cost: cost, skip: after, in: &dynamodb.QueryInput{
+			TableName:                 &a.table,
+			IndexName:                 aws.String(IndexTriage),
+			KeyConditionExpression:    aws.String("#triage = :triage AND #triage_sk BETWEEN :lo AND :hi"),
+			FilterExpression:          &filter,
+			ExpressionAttributeNames:  attrNames,
+			ExpressionAttributeValues: values,
+			ScanIndexForward:          aws.Bool(false),
+			Limit:                     aws.Int32(int32(q.Limit) + 1),
+			ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,
+		}}
+	}
+	return shards
+}
+
+// newest returns the shard whose head item is the newest, or nil when
+// every shard is exhausted.
+func newest(ctx context.Context, shards []*shardReader) (*shardReader, error) {
+	var best *shardReader
+	for _, s := range shards {
+		ok, err := s.fill(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok && (best == nil || s.head() > best.head()) {
+			best = s
+		}
+	}
+	return best, nil
+}
+
+// anyLeft reports whether any shard has an item left, reading no further
+// than the first shard that has one.
+func anyLeft(ctx context.Context, shards []*shardReader) (bool, error) {
+	for _, s := range shards {
+		if ok, err := s.fill(ctx); err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
 }
 
 // shardReader reads one triage shard page by page, newest first.
@@ -412,7 +439,7 @@ func (a *Admin) HasIndexEntries(ctx context.Context) (bool, Cost, error) {
 				TableName:                 &a.table,
 				IndexName:                 aws.String(IndexTriage),
 				KeyConditionExpression:    aws.String("#triage = :triage"),
-				ExpressionAttributeNames:  map[string]string{"#triage": AttrTriage},
+				ExpressionAttributeNames:  triageNames,
 				ExpressionAttributeValues: map[string]types.AttributeValue{":triage": str(a.triagePK(kind, shard))},
 				Limit:                     aws.Int32(1),
 				ReturnConsumedCapacity:    types.ReturnConsumedCapacityTotal,

@@ -21,33 +21,62 @@ import (
 )
 
 func (r *runner) get(ctx context.Context, args []string) error {
-	fs := r.flags()
-	var k keyFlags
-	k.register(fs)
-	pos, err := r.parse(fs, args)
+	key, err := r.oneKey(args)
 	if err != nil {
 		return err
-	}
-	s, err := r.resolve()
-	if err != nil {
-		return err
-	}
-	keys, err := r.keys(k, pos, s)
-	if err != nil {
-		return err
-	}
-	if len(keys) != 1 {
-		return usagef("get takes one key, got %d", len(keys))
 	}
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
 	now := r.env.Now()
-	key := keys[0]
 	rec, found, err := r.admin.Inspect(ctx, key.key)
 	if err != nil {
 		return err
 	}
+	out, err := r.getView(ctx, key, rec, found, now)
+	if err != nil {
+		return err
+	}
+	if err := r.printGet(out, rec, now); err != nil {
+		return err
+	}
+	switch {
+	case !found:
+		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("no record for key %q in namespace %q of table %q", key.key, r.admin.Namespace(), r.admin.Table())}
+	case rec.Expired(now):
+		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("the record for key %q expired at %s: the function treats it as absent", key.key, rec.ExpiresAt.UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// oneKey reads get's flags and arguments: one record, named in any of the
+// ways keys takes.
+func (r *runner) oneKey(args []string) (named, error) {
+	fs := r.flags()
+	var k keyFlags
+	k.register(fs)
+	pos, err := r.parse(fs, args)
+	if err != nil {
+		return named{}, err
+	}
+	s, err := r.resolve()
+	if err != nil {
+		return named{}, err
+	}
+	keys, err := r.keys(k, pos, s)
+	if err != nil {
+		return named{}, err
+	}
+	if len(keys) != 1 {
+		return named{}, usagef("get takes one key, got %d", len(keys))
+	}
+	return keys[0], nil
+}
+
+// getView is what get shows of key: the stored record (found: Inspect
+// found one, expired or not) and whether the body named matches it, or
+// else the record's forget note, if there is one.
+func (r *runner) getView(ctx context.Context, key named, rec idem.Record, found bool, now time.Time) (GetView, error) {
 	out := GetView{Key: key.key, Found: found && !rec.Expired(now)}
 	if found {
 		v := view(rec, now)
@@ -56,48 +85,46 @@ func (r *runner) get(ctx context.Context, args []string) error {
 			match := key.fingerprint == rec.Fingerprint
 			out.PayloadMatches = &match
 		}
-	} else {
-		note, ok, err := r.admin.GetForgotten(ctx, key.key, now)
-		if err != nil {
-			return err
-		}
-		if ok {
-			fv := ForgottenView{Status: note.Status, ErrorCode: note.ErrorCode, Fingerprint: note.Fingerprint, Attempts: note.Attempts, At: note.At.UTC()}
-			_ = json.Unmarshal([]byte(note.Audit), &fv.Audit)
-			out.Forgotten = &fv
-		}
+		return out, nil
 	}
-	if r.json {
-		if err := r.printJSON(out); err != nil {
-			return err
-		}
-	} else if found {
-		if err := printRecord(r.env.Stdout, rec, now); err != nil {
+	note, ok, err := r.admin.GetForgotten(ctx, key.key, now)
+	if err != nil || !ok {
+		return out, err
+	}
+	fv := ForgottenView{Status: note.Status, ErrorCode: note.ErrorCode, Fingerprint: note.Fingerprint, Attempts: note.Attempts, At: note.At.UTC()}
+	_ = json.Unmarshal([]byte(note.Audit), &fv.Audit)
+	out.Forgotten = &fv
+	return out, nil
+}
+
+// printGet prints get's view: as JSON, or for people the record and what
+// the body's fingerprint means for it, or the forget note.
+func (r *runner) printGet(out GetView, rec idem.Record, now time.Time) error {
+	w := r.env.Stdout
+	switch {
+	case r.json:
+		return r.printJSON(out)
+	case out.Record != nil:
+		if err := printRecord(w, rec, now); err != nil {
 			return err
 		}
 		switch {
 		case out.PayloadMatches != nil && *out.PayloadMatches:
-			fmt.Fprintln(r.env.Stdout, "payload      the body's fingerprint matches the stored one")
+			fmt.Fprintln(w, "payload      the body's fingerprint matches the stored one")
 		case out.PayloadMatches != nil && rec.Status == idem.StatusSucceeded:
 			// Forgetting a success runs its action again: say so where the
 			// advice is given, not only when the forget is refused.
-			fmt.Fprintln(r.env.Stdout, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED; the stored event SUCCEEDED, "+
+			fmt.Fprintln(w, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED; the stored event SUCCEEDED, "+
 				"so running this one means running the action again (forget --rerun-succeeded)")
 		case out.PayloadMatches != nil:
-			fmt.Fprintln(r.env.Stdout, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED (forget the record to let it run)")
+			fmt.Fprintln(w, "payload      DIFFERS from the stored fingerprint: the function refuses this body as KEY_REUSED (forget the record to let it run)")
 		}
-	} else if out.Forgotten != nil {
-		fmt.Fprintf(r.env.Stdout, "%s: no record; forgotten %s (it was %s %s, %s)\n", key.key, stamp(out.Forgotten.At, now),
+	case out.Forgotten != nil:
+		fmt.Fprintf(w, "%s: no record; forgotten %s (it was %s %s, %s)\n", out.Key, stamp(out.Forgotten.At, now),
 			out.Forgotten.Status, out.Forgotten.ErrorCode, plural(out.Forgotten.Attempts, "attempt", "attempts"))
 		for _, e := range out.Forgotten.Audit {
-			fmt.Fprintln(r.env.Stdout, "  "+auditLine(e))
+			fmt.Fprintln(w, "  "+auditLine(e))
 		}
-	}
-	switch {
-	case !found:
-		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("no record for key %q in namespace %q of table %q", key.key, r.admin.Namespace(), r.admin.Table())}
-	case rec.Expired(now):
-		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("the record for key %q expired at %s: the function treats it as absent", key.key, rec.ExpiresAt.UTC().Format(time.RFC3339))}
 	}
 	return nil
 }
@@ -299,6 +326,12 @@ func (r *runner) list(ctx context.Context, args []string) error {
 		}
 		return r.printJSON(out)
 	}
+	return r.printList(p, q, now)
+}
+
+// printList prints a page of list for people: a table, what it cost, and
+// where to look for what it cannot show.
+func (r *runner) printList(p ddbstore.Page, q ddbstore.Query, now time.Time) error {
 	w := r.env.Stdout
 	t := newTable(w)
 	if q.Poison {
@@ -401,26 +434,9 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 		q.Status, q.WithPoison, q.Scan = "", true, true
 		reads = []ddbstore.Query{q}
 	}
-	counts := map[Count]int{}
-	var cost ddbstore.Cost
-	for _, q := range reads {
-		for {
-			p, err := r.admin.List(ctx, q)
-			if err != nil {
-				return err
-			}
-			cost.Add(p.Cost)
-			for _, rec := range p.Records {
-				counts[Count{Status: string(rec.Status), State: state(rec, now), Code: rec.ErrorCode}]++
-			}
-			for _, n := range p.Poison {
-				counts[Count{Status: ddbstore.StatusPoison, State: StatePoison, Code: n.Reason}]++
-			}
-			if p.Next == "" {
-				break
-			}
-			q.Cursor = p.Next
-		}
+	counts, cost, err := r.count(ctx, reads, now)
+	if err != nil {
+		return err
 	}
 	out := StatsView{Since: q.Since.UTC(), Until: now.UTC(), Counts: []Count{}, Cost: cost}
 	if !q.Until.IsZero() {
@@ -439,6 +455,38 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	if r.json {
 		return r.printJSON(out)
 	}
+	return r.printStats(out)
+}
+
+// count pages through each listing in reads to its end, counting records
+// by status, state and code, and poison notes by reason.
+func (r *runner) count(ctx context.Context, reads []ddbstore.Query, now time.Time) (map[Count]int, ddbstore.Cost, error) {
+	counts := map[Count]int{}
+	var cost ddbstore.Cost
+	for _, q := range reads {
+		for {
+			p, err := r.admin.List(ctx, q)
+			if err != nil {
+				return nil, cost, err
+			}
+			cost.Add(p.Cost)
+			for _, rec := range p.Records {
+				counts[Count{Status: string(rec.Status), State: state(rec, now), Code: rec.ErrorCode}]++
+			}
+			for _, n := range p.Poison {
+				counts[Count{Status: ddbstore.StatusPoison, State: StatePoison, Code: n.Reason}]++
+			}
+			if p.Next == "" {
+				break
+			}
+			q.Cursor = p.Next
+		}
+	}
+	return counts, cost, nil
+}
+
+// printStats prints stats for people.
+func (r *runner) printStats(out StatsView) error {
 	w := r.env.Stdout
 	fmt.Fprintf(w, "from %s to %s\n", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339))
 	t := newTable(w)
@@ -451,7 +499,7 @@ func (r *runner) stats(ctx context.Context, args []string) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "total %d; %s\n", total, costLine(cost, r.info))
+	fmt.Fprintf(w, "total %d; %s\n", total, costLine(out.Cost, r.info))
 	if len(out.NotCounted) > 0 {
 		fmt.Fprintln(w, "running, abandoned and succeeded records are not in the index and not counted: stats --scan counts them, reading the whole table")
 		fmt.Fprintln(w, abandonedHint)
@@ -466,6 +514,35 @@ type writeFlags struct {
 	force          bool
 	rerunSucceeded bool
 	dryRun, stdin  bool
+}
+
+func (w *writeFlags) register(fs *flag.FlagSet, release bool) {
+	w.keyFlags.register(fs)
+	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force, but for a dry run)")
+	fs.StringVar(&w.token, "token", "", "the token you saw (get prints it): refuse if the record changed hands since")
+	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
+	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
+	if release {
+		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
+	} else {
+		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
+	}
+}
+
+// op names the write for the audit and the log (release, release --force,
+// forget), refusing a forget or a forced release without a reason.
+func (w *writeFlags) op(release bool) (string, error) {
+	switch {
+	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
+		return "", usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
+	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
+		return "", usagef("--force needs --reason: it takes the key from a live owner, whose side effect may then happen twice")
+	case !release:
+		return "forget", nil
+	case w.force:
+		return "release --force", nil
+	}
+	return "release", nil
 }
 
 // targets are the records a write names, each with what the operator saw
@@ -540,38 +617,14 @@ func ReadRecords(in io.Reader) ([]idem.Record, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("document %d is not the JSON of list --json or get --json: %v", doc, err)
 		}
-		var views []RecordView
-		switch {
-		case probe["records"] != nil:
-			if err := json.Unmarshal(probe["records"], &views); err != nil {
-				return nil, fmt.Errorf("document %d: \"records\": %v", doc, err)
-			}
-		case probe["record"] != nil:
-			var rv *RecordView
-			if err := json.Unmarshal(probe["record"], &rv); err != nil {
-				return nil, fmt.Errorf("document %d: \"record\": %v", doc, err)
-			}
-			if rv == nil {
-				return nil, fmt.Errorf("document %d: \"record\" is null: get --json found no record", doc)
-			}
-			views = []RecordView{*rv}
-		case probe["found"] != nil:
-			return nil, fmt.Errorf("document %d: get --json found no record to act on", doc)
-		default:
-			return nil, fmt.Errorf("document %d has no \"records\" (list --json) or \"record\" (get --json)", doc)
+		views, err := documentViews(doc, probe)
+		if err != nil {
+			return nil, err
 		}
 		for i, v := range views {
-			rec, err := v.Record()
+			rec, err := recordOf(doc, i, v)
 			if err != nil {
-				return nil, fmt.Errorf("document %d, record %d: %v", doc, i+1, err)
-			}
-			if err := idem.ValidateKey(rec.Key); err != nil {
-				return nil, fmt.Errorf("document %d, record %d: malformed key %q", doc, i+1, rec.Key)
-			}
-			switch rec.Status {
-			case idem.StatusInProgress, idem.StatusSucceeded, idem.StatusFailed:
-			default:
-				return nil, fmt.Errorf("document %d, record %q: status %q is none of IN_PROGRESS, SUCCEEDED, FAILED", doc, rec.Key, rec.Status)
+				return nil, err
 			}
 			if seen[rec.Key] {
 				return nil, fmt.Errorf("record %q appears twice", rec.Key)
@@ -580,6 +633,48 @@ func ReadRecords(in io.Reader) ([]idem.Record, error) {
 			out = append(out, rec)
 		}
 	}
+}
+
+// documentViews are the records of one document of ReadRecords' input, the
+// doc-th: list --json's "records" or get --json's "record".
+func documentViews(doc int, probe map[string]json.RawMessage) ([]RecordView, error) {
+	switch {
+	case probe["records"] != nil:
+		var views []RecordView
+		if err := json.Unmarshal(probe["records"], &views); err != nil {
+			return nil, fmt.Errorf("document %d: \"records\": %v", doc, err)
+		}
+		return views, nil
+	case probe["record"] != nil:
+		var rv *RecordView
+		if err := json.Unmarshal(probe["record"], &rv); err != nil {
+			return nil, fmt.Errorf("document %d: \"record\": %v", doc, err)
+		}
+		if rv == nil {
+			return nil, fmt.Errorf("document %d: \"record\" is null: get --json found no record", doc)
+		}
+		return []RecordView{*rv}, nil
+	case probe["found"] != nil:
+		return nil, fmt.Errorf("document %d: get --json found no record to act on", doc)
+	}
+	return nil, fmt.Errorf("document %d has no \"records\" (list --json) or \"record\" (get --json)", doc)
+}
+
+// recordOf is the record a view of document doc shows, at index i, if its
+// key is well formed and its status one oncely writes.
+func recordOf(doc, i int, v RecordView) (idem.Record, error) {
+	rec, err := v.Record()
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("document %d, record %d: %v", doc, i+1, err)
+	}
+	if err := idem.ValidateKey(rec.Key); err != nil {
+		return idem.Record{}, fmt.Errorf("document %d, record %d: malformed key %q", doc, i+1, rec.Key)
+	}
+	switch rec.Status {
+	case idem.StatusInProgress, idem.StatusSucceeded, idem.StatusFailed:
+		return rec, nil
+	}
+	return idem.Record{}, fmt.Errorf("document %d, record %q: status %q is none of IN_PROGRESS, SUCCEEDED, FAILED", doc, rec.Key, rec.Status)
 }
 
 // changed says how cur differs from what the operator saw, or "".
@@ -618,30 +713,14 @@ func (r *runner) forget(ctx context.Context, args []string) error {
 func (r *runner) write(ctx context.Context, args []string, release bool) error {
 	fs := r.flags()
 	var w writeFlags
-	w.register(fs)
-	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force, but for a dry run)")
-	fs.StringVar(&w.token, "token", "", "the token you saw (get prints it): refuse if the record changed hands since")
-	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
-	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
-	if release {
-		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
-	} else {
-		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
-	}
+	w.register(fs, release)
 	pos, err := r.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	op := "release"
-	switch {
-	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
-		return usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
-	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
-		return usagef("--force needs --reason: it takes the key from a live owner, whose side effect may then happen twice")
-	case !release:
-		op = "forget"
-	case w.force:
-		op = "release --force"
+	op, err := w.op(release)
+	if err != nil {
+		return err
 	}
 	s, err := r.resolve()
 	if err != nil {
@@ -711,25 +790,7 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 	if release {
 		rule = cur.Releasable(now, w.force)
 	}
-	switch {
-	case errors.Is(rule, idem.ErrLeaseLive) && release:
-		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; --force --reason takes the key from it (its completion is then refused, and its side effect may happen twice)"
-		return res, nil
-	case errors.Is(rule, idem.ErrLeaseLive):
-		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
-		return res, nil
-	case errors.Is(rule, idem.ErrNotReleasable):
-		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
-		return res, nil
-	case errors.Is(rule, idem.ErrRerunsSuccess):
-		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
-		return res, nil
-	case errors.Is(rule, idem.ErrAlreadyReleased):
-		// Idempotent: the release already made the next delivery run it.
-		res.Outcome, res.Detail, res.Resend = "already_released", "released already"+lastAudit(cur)+"; its next delivery runs the action; nothing written", false
-		return res, nil
-	case rule != nil:
-		res.Outcome, res.Detail = "refused", rule.Error()
+	if refused(&res, rule, release, cur) {
 		return res, nil
 	}
 	again := ""
@@ -740,30 +801,12 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "would_"+strings.Fields(op)[0], "was "+was(cur)+again
 		return res, nil
 	}
-	audit, err := appendAudit(cur.Audit, AuditEntry{At: now.UTC(), By: by, Op: op, Reason: w.reason, Was: was(cur)})
-	if err != nil {
-		return res, err
-	}
-	var after idem.Record
-	var ok bool
-	if release {
-		after, ok, err = r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
-	} else {
-		after, ok, err = r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded})
-	}
+	after, ok, err := r.apply(ctx, cur, w, op, by, now, release)
 	if err != nil {
 		return res, err
 	}
 	if !ok {
-		// Lost a race: the record changed between our read and our write.
-		res.Outcome, res.Resend = "refused", false
-		if after.Key == "" {
-			res.Outcome, res.Detail, res.Record = "not_found", "the record went away while we wrote", nil
-		} else {
-			av := view(after, now)
-			res.Record = &av
-			res.Detail = "the record changed while we wrote (" + was(after) + "); read it again and decide again"
-		}
+		lostRace(&res, after, now)
 		return res, nil
 	}
 	r.log.Info("oncelyctl "+op, "key", t.key, "namespace", r.admin.Namespace(), "table", r.admin.Table(), "by", by, "reason", w.reason, "was", was(cur), "reruns_success", res.RerunsSuccess)
@@ -774,6 +817,55 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "forgotten", "was "+was(cur)+again
 	}
 	return res, nil
+}
+
+// refused fills in res when the rule (cur.Releasable or cur.Forgettable)
+// refuses the write, or finds it done already, and reports whether it did.
+func refused(res *ResultView, rule error, release bool, cur idem.Record) bool {
+	switch {
+	case rule == nil:
+		return false
+	case errors.Is(rule, idem.ErrLeaseLive) && release:
+		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; --force --reason takes the key from it (its completion is then refused, and its side effect may happen twice)"
+	case errors.Is(rule, idem.ErrLeaseLive):
+		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
+	case errors.Is(rule, idem.ErrNotReleasable):
+		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
+	case errors.Is(rule, idem.ErrRerunsSuccess):
+		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
+	case errors.Is(rule, idem.ErrAlreadyReleased):
+		// Idempotent: the release already made the next delivery run it.
+		res.Outcome, res.Detail, res.Resend = "already_released", "released already"+lastAudit(cur)+"; its next delivery runs the action; nothing written", false
+	default:
+		res.Outcome, res.Detail = "refused", rule.Error()
+	}
+	return true
+}
+
+// lostRace fills in res for a write whose compare-and-swap failed: the
+// record changed between our read and our write, to after (zero: gone).
+func lostRace(res *ResultView, after idem.Record, now time.Time) {
+	res.Outcome, res.Resend = "refused", false
+	if after.Key == "" {
+		res.Outcome, res.Detail, res.Record = "not_found", "the record went away while we wrote", nil
+		return
+	}
+	av := view(after, now)
+	res.Record = &av
+	res.Detail = "the record changed while we wrote (" + was(after) + "); read it again and decide again"
+}
+
+// apply writes the release or forget of cur, fenced on cur, with an audit
+// entry for it appended to cur's.
+func (r *runner) apply(ctx context.Context, cur idem.Record, w writeFlags, op, by string, now time.Time, release bool) (idem.Record, bool, error) {
+	audit, err := appendAudit(cur.Audit, AuditEntry{At: now.UTC(), By: by, Op: op, Reason: w.reason, Was: was(cur)})
+	if err != nil {
+		return idem.Record{}, false, err
+	}
+	if release {
+		return r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
+	}
+	return r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded})
 }
 
 // lastAudit says who did the record's last operator change, if its audit

@@ -46,7 +46,8 @@ type Env struct {
 	// AWS loads the SDK configuration for a profile and a region (empty:
 	// the SDK's usual sources). LoadAWS is the real one.
 	AWS func(ctx context.Context, profile, region string) (aws.Config, error)
-	// NewToken returns a fresh fencing token for a release. Nil: random.
+	// NewToken returns a fresh fencing token for a release or a forget. Nil:
+	// idem.NewToken.
 	NewToken func() string
 }
 

@@ -68,15 +68,14 @@ func explain(rec idem.Record, now time.Time) string {
 	return string(rec.Status)
 }
 
+// short puts s on one line (runs of white space become one space) and cuts
+// it to n bytes, marking the cut with "…".
 func short(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
+	if len(s) > n {
+		s = idem.Truncate(s, n) + "…"
 	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
+	return s
 }
 
 // printRecord prints one record for people.

@@ -2,8 +2,6 @@ package opsctl
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -224,9 +222,7 @@ func (r *runner) newToken() string {
 	if r.env.NewToken != nil {
 		return r.env.NewToken()
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	return idem.NewToken()
 }
 
 // keyFlags are the ways to name a record.
@@ -296,21 +292,29 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 		}
 		return []named{{key: httpapi.ScopedKey(scope, k.apiKey)}}, nil
 	default:
-		var body []byte
-		if k.body == "-" {
-			body, err = io.ReadAll(r.env.Stdin)
-		} else {
-			body, err = os.ReadFile(k.body)
-		}
-		if err != nil {
-			return nil, usagef("--body: %v", err)
-		}
-		req, err := x.Request(body)
-		if err != nil {
-			return nil, usagef("--body %s gives no key with the key expression %q: %s", k.body, keyExpr, err.(*idem.Error).Message)
-		}
-		return []named{{key: req.Key, fingerprint: req.Fingerprint}}, nil
+		return r.keyOfBody(k.body, x, keyExpr)
 	}
+}
+
+// keyOfBody is the record --body names: the key and payload fingerprint
+// the function's expressions x (keyExpr is the key expression's text) give
+// the body in the file named, or on stdin for "-".
+func (r *runner) keyOfBody(file string, x *eventkey.Extractor, keyExpr string) ([]named, error) {
+	var body []byte
+	var err error
+	if file == "-" {
+		body, err = io.ReadAll(r.env.Stdin)
+	} else {
+		body, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, usagef("--body: %v", err)
+	}
+	req, err := x.Request(body)
+	if err != nil {
+		return nil, usagef("--body %s gives no key with the key expression %q: %s", file, keyExpr, err.(*idem.Error).Message)
+	}
+	return []named{{key: req.Key, fingerprint: req.Fingerprint}}, nil
 }
 
 // scopeOf turns --caller into the scope the API adapter uses.

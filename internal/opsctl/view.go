@@ -63,11 +63,7 @@ func appendAudit(raw string, e AuditEntry) (string, error) {
 		entries = nil
 	}
 	if len(e.Reason) > maxReason {
-		cut := maxReason
-		for cut > 0 && !utf8.RuneStart(e.Reason[cut]) {
-			cut--
-		}
-		e.Reason = e.Reason[:cut] + "…"
+		e.Reason = idem.Truncate(e.Reason, maxReason) + "…"
 	}
 	entries = append(entries, e)
 	for {
