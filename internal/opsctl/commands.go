@@ -523,9 +523,9 @@ func (w *writeFlags) register(fs *flag.FlagSet, release bool) {
 	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
 	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
 	if release {
-		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
+		fs.BoolVar(&w.force, "force", false, "release although the side effect may happen twice (needs --reason): an IN_PROGRESS record whose lease is live (its owner's completion is then refused), or an OUTCOME_UNKNOWN failure (its side effect may have happened)")
 	} else {
-		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
+		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED and OUTCOME_UNKNOWN records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
 	}
 }
 
@@ -536,7 +536,7 @@ func (w *writeFlags) op(release bool) (string, error) {
 	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
 		return "", usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
 	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
-		return "", usagef("--force needs --reason: it takes the key from a live owner, whose side effect may then happen twice")
+		return "", usagef("--force needs --reason: the side effect of what it releases may then happen twice")
 	case !release:
 		return "forget", nil
 	case w.force:
@@ -831,6 +831,10 @@ func refused(res *ResultView, rule error, release bool, cur idem.Record) bool {
 		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
 	case errors.Is(rule, idem.ErrNotReleasable):
 		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
+	case errors.Is(rule, idem.ErrOutcomeUnknown) && release:
+		res.Outcome, res.Detail = "refused", "OUTCOME_UNKNOWN: its action sent the side effect and never learnt whether it happened; releasing it lets the next delivery send it again, perhaps a second time: check the downstream first, then add --force --reason to do that on purpose"
+	case errors.Is(rule, idem.ErrOutcomeUnknown):
+		res.Outcome, res.Detail = "refused", "OUTCOME_UNKNOWN: its action sent the side effect and never learnt whether it happened; forgetting it lets the next delivery send it again, perhaps a second time: check the downstream first, then add --rerun-succeeded to do that on purpose"
 	case errors.Is(rule, idem.ErrRerunsSuccess):
 		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
 	case errors.Is(rule, idem.ErrAlreadyReleased):

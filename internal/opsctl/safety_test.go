@@ -524,3 +524,30 @@ func TestBodyIsFingerprintedLikeTheFunction(t *testing.T) {
 func oneSpace(s string) string {
 	return regexp.MustCompile(` {2,}`).ReplaceAllString(s, " ")
 }
+
+// TestUnknownOutcomeNeedsTheNamedChoice: an OUTCOME_UNKNOWN failure's
+// action may have had its side effect, so release and forget refuse it
+// without --force or --rerun-succeeded, and say why; with them, they act.
+func TestUnknownOutcomeNeedsTheNamedChoice(t *testing.T) {
+	f := minidynFixture(t)
+	const key = "evt:ledger-9:ledger"
+	f.write(key, now.Add(-5*time.Minute), 30*time.Second, failWith(idem.CodeOutcomeUnknown, "the write was sent and no reply came", false, 1))
+	for _, args := range [][]string{
+		{"release", key, "--reason", "x"},
+		{"forget", key, "--reason", "x"},
+	} {
+		out, _, code := f.run("", args...)
+		if code != opsctl.ExitRefused || !strings.Contains(out, "OUTCOME_UNKNOWN") || !strings.Contains(out, "second time") {
+			t.Errorf("%q: exit %d\n%s\nwant refused, saying the side effect may happen a second time", args, code, out)
+		}
+	}
+	if rec := mustGet(t, f, key); rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("the refusals changed the record: %s", rec.ErrorCode)
+	}
+	if out, errOut, code := f.run("", "release", key, "--force", "--reason", "the downstream has no such write"); code != 0 || !strings.Contains(out, "released") {
+		t.Fatalf("release --force: exit %d\n%s%s", code, out, errOut)
+	}
+	if rec := mustGet(t, f, key); rec.ErrorCode != idem.CodeReleased {
+		t.Errorf("after release --force: %s, want RELEASED", rec.ErrorCode)
+	}
+}
