@@ -43,15 +43,18 @@ func TestServedCallIsNotSentAgainWhenTheWriteLoopLags(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		wrap func(*http.Client) aws.HTTPClient
-		// sent: requests the transport sent; retried: the error the SDK
-		// retried after ("" for none).
+		// sent: requests the transport sent (at least that many if
+		// atLeast); retried: the error the SDK retried after ("" for none).
 		sent    int
+		atLeast bool
 		retried string
 	}{
 		// If this case fails after an SDK upgrade, the SDK no longer
-		// re-sends here, and sdkhttp may not be needed any more.
-		{"the SDK's client as is", func(h *http.Client) aws.HTTPClient { return h }, 2, "use of closed network connection"},
-		{"sdkhttp.Client", func(h *http.Client) aws.HTTPClient { return sdkhttp.New(h) }, 1, ""},
+		// re-sends here, and sdkhttp may not be needed any more. At least
+		// twice: on a busy machine the retry's own connection can meet the
+		// same race unheld, and the SDK sends the call a third time.
+		{"the SDK's client as is", func(h *http.Client) aws.HTTPClient { return h }, 2, true, "use of closed network connection"},
+		{"sdkhttp.Client", func(h *http.Client) aws.HTTPClient { return sdkhttp.New(h) }, 1, false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			q := sqslocal.NewScratch(t, setup, false, nil)
@@ -84,14 +87,22 @@ func TestServedCallIsNotSentAgainWhenTheWriteLoopLags(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if sent := int(s.sent.Load()); sent != c.sent || d.Total() != c.sent {
-				t.Errorf("the transport sent the call %d times and the queue holds %+v; want %d of each", sent, d, c.sent)
+			sent := int(s.sent.Load())
+			if sent != c.sent && !(c.atLeast && sent > c.sent) || d.Total() != sent {
+				t.Errorf("the transport sent the call %d times and the queue holds %+v; want %d of each (or more: %v)", sent, d, c.sent, c.atLeast)
 			}
 			switch {
 			case c.retried == "" && len(retried) != 0:
 				t.Errorf("the SDK retried after %q; want no retry", retried)
-			case c.retried != "" && (len(retried) != 1 || !strings.Contains(retried[0], c.retried)):
-				t.Errorf("the SDK retried after %q; want one retry after %q", retried, c.retried)
+			case c.retried != "" && len(retried) != sent-1:
+				t.Errorf("the SDK retried after %q; want one retry for each send after the first (%d)", retried, sent-1)
+			case c.retried != "":
+				for _, r := range retried {
+					if !strings.Contains(r, c.retried) {
+						t.Errorf("the SDK retried after %q; want each retry after %q", retried, c.retried)
+						break
+					}
+				}
 			}
 		})
 	}
