@@ -41,7 +41,8 @@ type Notifier struct {
 	// with default transport settings.
 	Client *http.Client
 	// Timeout bounds each request; the time the invocation leaves for work
-	// bounds it too. Zero means DefaultTimeout.
+	// bounds it too. Zero means DefaultTimeout. The signing keys' re-read,
+	// when they are stale, comes before it and is not part of it.
 	Timeout time.Duration
 	// Classifier decides which statuses are transient.
 	Classifier Classifier
@@ -191,10 +192,23 @@ func jsonPrefix(b []byte, limit int) string {
 //	other 4xx                    → permanent
 //	500 and other statuses       → permanent unless configured transient
 func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, error) {
+	// The keys first, outside the request's timeout: when they are stale,
+	// Keys re-reads them (bounded by its own short timeout and by ctx),
+	// and a slow Secrets Manager must cost neither the POST its time (the
+	// attempt would fail) nor the keys their re-read (a failed one is not
+	// tried again for a while: the delivery would go out with the keys
+	// from before a rotation).
+	var signed [][]byte
+	if n.Signer != nil {
+		var err error
+		if signed, err = n.Signer.Keys(ctx); err != nil {
+			return action.Result{}, fmt.Errorf("notify: signing keys: %w", err)
+		}
+	}
 	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, rep, signed, err := n.post(ctx, ev)
+	resp, rep, err := n.post(ctx, ev, signed)
 	if err != nil {
 		return action.Result{}, err
 	}
@@ -205,7 +219,7 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		// not, the refusal stands (permanent).
 		if _, rerr := n.Signer.Reload(ctx); rerr == nil {
 			if now, kerr := n.Signer.Keys(ctx); kerr == nil && !sameKeys(now, signed) {
-				if resp, rep, _, err = n.post(ctx, ev); err != nil {
+				if resp, rep, err = n.post(ctx, ev, now); err != nil {
 					return action.Result{}, err
 				}
 			}
@@ -225,23 +239,20 @@ func (n *Notifier) now() time.Time {
 	return time.Now()
 }
 
-// post sends one signed POST and returns the reply's status and headers,
-// what it read of the reply (its first bytes, size and digest), and the
-// keys it was signed with; the body is drained for connection reuse. Its errors name the downstream by scheme and host
-// only: a webhook URL's path, query and user info are often credentials,
-// and errors are stored, logged and returned to API callers.
-func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, reply, [][]byte, error) {
+// post sends one POST, signed with keys when a Signer is set, and returns
+// the reply's status and headers and what it read of the reply (its first
+// bytes, size and digest); the body is drained for connection reuse. Its
+// errors name the downstream by scheme and host only: a webhook URL's
+// path, query and user info are often credentials, and errors are stored,
+// logged and returned to API callers.
+func (n *Notifier) post(ctx context.Context, ev action.Event, keys [][]byte) (*http.Response, reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))
 	if err != nil {
-		return nil, reply{}, nil, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
+		return nil, reply{}, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", ev.Key)
-	var keys [][]byte
 	if n.Signer != nil {
-		if keys, err = n.Signer.Keys(ctx); err != nil {
-			return nil, reply{}, nil, fmt.Errorf("notify: signing keys: %w", err)
-		}
 		for k, v := range webhooksig.Headers(ev.Key, n.now(), ev.Body, keys) {
 			req.Header.Set(k, v)
 		}
@@ -259,12 +270,12 @@ func (n *Notifier) post(ctx context.Context, ev action.Event) (*http.Response, r
 		}
 		// A connection closed before the reply (io.EOF) is a reset too.
 		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
-			return nil, reply{}, nil, idem.Transient(fmt.Errorf("notify: POST to %s: %w", where, err))
+			return nil, reply{}, idem.Transient(fmt.Errorf("notify: POST to %s: %w", where, err))
 		}
-		return nil, reply{}, nil, fmt.Errorf("notify: POST to %s: %w", where, err)
+		return nil, reply{}, fmt.Errorf("notify: POST to %s: %w", where, err)
 	}
 	defer resp.Body.Close()
-	return resp, readReply(resp.Body), keys, nil
+	return resp, readReply(resp.Body), nil
 }
 
 // readReply reads up to maxDrain bytes of body (which also drains it for

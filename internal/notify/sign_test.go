@@ -206,3 +206,37 @@ func (b *barrierKeys) Keys(ctx context.Context) ([][]byte, error) {
 	}
 	return b.keys.Keys(ctx)
 }
+
+// slowKeys re-reads its keys like secretsource.Source when Secrets Manager
+// is slower than the ctx it is given: the re-read waits out the ctx, fails,
+// and the keys read before (old) stay in use, with no error. Given room
+// (no deadline within limit of now), the re-read finds the rotated keys.
+type slowKeys struct {
+	old, rotated [][]byte
+	limit        time.Duration
+}
+
+func (s *slowKeys) Keys(ctx context.Context) ([][]byte, error) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.limit {
+		<-ctx.Done()
+		return s.old, nil
+	}
+	return s.rotated, nil
+}
+
+func (s *slowKeys) Reload(context.Context) (bool, error) { return false, nil }
+
+// The keys' re-read is not part of the request: a Secrets Manager slower
+// than NOTIFY_TIMEOUT must cost neither the POST its time (the attempt
+// failed with "context deadline exceeded") nor the re-read its result (the
+// delivery went out with the keys from before the rotation: the e2e
+// rotation test saw both under load).
+func TestSlowKeyReadDoesNotEatTheRequestTimeout(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, newKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	n.Signer = &slowKeys{old: [][]byte{oldKey}, rotated: [][]byte{newKey, oldKey}, limit: time.Second}
+	if _, err := n.Do(context.Background(), signedEvent()); err != nil || calls.Load() != 1 {
+		t.Fatalf("got %v after %d calls; want one delivery, signed with the re-read keys", err, calls.Load())
+	}
+}

@@ -25,8 +25,9 @@ type cache[T any] struct {
 	refresh time.Duration
 	now     func() time.Time
 	// failed, if set, hears of every failed re-read (a read after a value
-	// was loaded), outside the lock.
-	failed func(ctx context.Context, err error)
+	// was loaded), outside the lock: its error, how long the read ran and
+	// how long until a refresh tries again.
+	failed func(ctx context.Context, err error, took, retryIn time.Duration)
 
 	mu         sync.Mutex
 	value      T
@@ -100,6 +101,7 @@ func (c *cache[T]) reload(ctx context.Context) (prev, next T, err error) {
 	n := c.begun
 	prev = c.value
 	c.mu.Unlock()
+	began := time.Now()
 	next, err = c.read(ctx)
 	c.mu.Lock()
 	reread := c.loaded
@@ -111,7 +113,7 @@ func (c *cache[T]) reload(ctx context.Context) (prev, next T, err error) {
 	}
 	c.mu.Unlock()
 	if err != nil && reread && c.failed != nil {
-		c.failed(ctx, err)
+		c.failed(ctx, err, time.Since(began), retryFailedRefresh)
 	}
 	return prev, next, err
 }

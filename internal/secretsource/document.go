@@ -37,7 +37,7 @@ type Document[T any] struct {
 func NewDocument[T any](api API, id string, refresh time.Duration, parse func(string) (T, error)) *Document[T] {
 	d := &Document[T]{api: api, id: id, parse: parse}
 	d.cache = newCache(refresh, d.read)
-	d.cache.failed = func(_ context.Context, err error) {
+	d.cache.failed = func(_ context.Context, err error, _, _ time.Duration) {
 		d.mu.Lock()
 		d.failed++
 		f := d.onError

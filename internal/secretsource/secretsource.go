@@ -101,11 +101,15 @@ func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source
 	}
 	s := &Source{api: api, id: id, log: logger}
 	s.cache = newCache(refresh, s.readKeys)
-	s.cache.failed = func(ctx context.Context, err error) {
+	s.cache.failed = func(ctx context.Context, err error, took, retryIn time.Duration) {
 		s.mu.Lock()
 		s.counts.RefreshFailed++
 		s.mu.Unlock()
-		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error())
+		// How long the read ran and when the next one comes tell a slow
+		// Secrets Manager (or a deadline: whose, the error's "deadline
+		// exceeded" alone does not say) from a refused read.
+		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error(),
+			"took_ms", took.Milliseconds(), "retry_in", retryIn.String())
 	}
 	return s
 }
@@ -124,7 +128,9 @@ func (s *Source) TakeCounts() Counts {
 // refresh interval, one caller reads them again, with a short timeout of its
 // own, while every other caller goes on with the keys already read: an
 // outage or a hang of Secrets Manager never stops deliveries. A failed
-// re-read is tried again after 30 s.
+// re-read is tried again after 30 s. The re-read is bounded by ctx too:
+// call Keys before a request's own timeout starts, or a slow re-read eats
+// the request's time (and fails at its deadline, keeping the old keys).
 func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.get(ctx) }
 
 // Reload reads the keys now and reports whether the keys held now differ

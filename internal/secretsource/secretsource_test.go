@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,6 +196,11 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "signing secret not re-read") || !strings.Contains(log.String(), arn) {
 		t.Errorf("log %q; want a warning naming the secret", log.String())
+	}
+	// It says how long the read ran and when the next comes: a "deadline
+	// exceeded" alone does not say whose deadline ended it.
+	if !regexp.MustCompile(`took_ms=\d+ retry_in=30s`).MatchString(log.String()) {
+		t.Errorf("log %q; want took_ms and retry_in=30s", log.String())
 	}
 	if got := src.TakeCounts(); got != (secretsource.Counts{}) {
 		t.Errorf("counts taken twice: %+v; want zero the second time", got)
