@@ -206,9 +206,9 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		}
 	}
 	timeout := cmp.Or(n.Timeout, DefaultTimeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	reqCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, rep, err := n.post(ctx, ev, signed)
+	resp, rep, err := n.post(reqCtx, ev, signed)
 	if err != nil {
 		return action.Result{}, err
 	}
@@ -216,12 +216,18 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		// The receiver refused our signature. If the keys now differ from
 		// the ones this request was signed with (a rotation, seen by this
 		// re-read or by another delivery's), one more try is worth it; if
-		// not, the refusal stands (permanent).
-		if _, rerr := n.Signer.Reload(ctx); rerr == nil {
-			if now, kerr := n.Signer.Keys(ctx); kerr == nil && !sameKeys(now, signed) {
-				if resp, rep, err = n.post(ctx, ev, now); err != nil {
-					return action.Result{}, err
-				}
+		// not, the refusal stands (permanent). The re-read runs under ctx,
+		// as above, not the request's timeout; when it fails, whether the
+		// keys rotated is unknown, so the refusal may be ours to fix: a
+		// transient error, not a permanent failure stored for good.
+		if _, rerr := n.Signer.Reload(ctx); rerr != nil {
+			return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d, and the signing keys could not be re-read to check for a rotation: %w", resp.StatusCode, rerr))
+		}
+		if now, kerr := n.Signer.Keys(ctx); kerr == nil && !sameKeys(now, signed) {
+			// Within what is left of the request's timeout: the second
+			// try does not lengthen an attempt.
+			if resp, rep, err = n.post(reqCtx, ev, now); err != nil {
+				return action.Result{}, err
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -238,5 +239,28 @@ func TestSlowKeyReadDoesNotEatTheRequestTimeout(t *testing.T) {
 	n.Signer = &slowKeys{old: [][]byte{oldKey}, rotated: [][]byte{newKey, oldKey}, limit: time.Second}
 	if _, err := n.Do(context.Background(), signedEvent()); err != nil || calls.Load() != 1 {
 		t.Fatalf("got %v after %d calls; want one delivery, signed with the re-read keys", err, calls.Load())
+	}
+}
+
+// failingReload is a Signer whose re-read fails: Secrets Manager slow or
+// down when a receiver refuses the signature.
+type failingReload struct{ keys }
+
+func (f *failingReload) Reload(context.Context) (bool, error) {
+	f.reloads.Add(1)
+	return false, errors.New("GetSecretValue: context deadline exceeded")
+}
+
+// A refusal whose re-read fails may be a rotation not seen yet: it is
+// transient (the delivery comes again), never a permanent failure.
+func TestRefusedSignatureWithAFailedReReadIsTransient(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, newKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	k := &failingReload{keys: keys{current: [][]byte{oldKey}}}
+	n.Signer = k
+	_, err := n.Do(context.Background(), signedEvent())
+	if idem.Classify(err) != idem.ClassTransient || calls.Load() != 1 || k.reloads.Load() != 1 {
+		t.Fatalf("got %v (%v) after %d calls, %d re-reads; want a transient error after one call and one re-read", err, idem.Classify(err), calls.Load(), k.reloads.Load())
 	}
 }
