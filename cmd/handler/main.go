@@ -168,7 +168,8 @@ func wire(ctx context.Context) (*router.Router, error) {
 	// The SDK reads the region, credentials and AWS_ENDPOINT_URL_<SERVICE>
 	// itself; its standard retryer retries throttling, within the time the
 	// engine's budget gives each call.
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	// Its own warnings go to the function's JSON log, not as plain text.
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithLogger(lambdasdk.Logger(logger)))
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
