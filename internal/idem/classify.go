@@ -45,7 +45,20 @@ type ClassifiedError struct {
 	Class      Class
 	Code       Code          // optional; stored with permanent failures
 	RetryAfter time.Duration // optional; honoured (capped) before the next try
-	Err        error
+	// Sent, on a transient error, says the attempt's request reached, or
+	// may have reached, the receiver of the side effect before it failed
+	// without an answer (a timeout or a reset after the request was
+	// written): the receiver may have it and still be acting on it. The
+	// engine then starts no further attempt in this delivery: it releases
+	// the key at once, and the event comes back after the caller's backoff
+	// (SQS: the message's visibility; API: 503 with Retry-After), which
+	// gives the receiver time to finish, or to recognise the retry by its
+	// key. Unset, a transient error is retried within the delivery, which
+	// suits failures that cannot have reached the receiver (a refused
+	// dial, DNS, a certificate that does not verify) and complete replies
+	// (429, 503). See [TransientSent].
+	Sent bool
+	Err  error
 }
 
 func (e *ClassifiedError) Error() string {
@@ -63,6 +76,13 @@ func Transient(err error) error { return &ClassifiedError{Class: ClassTransient,
 // TransientAfter marks err as transient, retryable no sooner than after.
 func TransientAfter(err error, after time.Duration) error {
 	return &ClassifiedError{Class: ClassTransient, RetryAfter: after, Err: err}
+}
+
+// TransientSent marks err as transient, from an attempt whose request
+// may have reached its receiver (see ClassifiedError.Sent): the engine
+// retries it on a later delivery, never within this one.
+func TransientSent(err error) error {
+	return &ClassifiedError{Class: ClassTransient, Sent: true, Err: err}
 }
 
 // Permanent marks err as permanent.
@@ -121,6 +141,13 @@ func retryAfterOf(err error) time.Duration {
 		return ce.RetryAfter
 	}
 	return 0
+}
+
+// sentOf reports whether err is marked as from an attempt that may have
+// reached its receiver (ClassifiedError.Sent).
+func sentOf(err error) bool {
+	ce, ok := errors.AsType[*ClassifiedError](err)
+	return ok && ce.Sent
 }
 
 // codeOf returns the code carried by err, or def.

@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{"marked transient", idem.Transient(errors.New("x")), idem.ClassTransient},
 		{"marked permanent, wrapped", fmt.Errorf("ctx: %w", idem.Permanent(errors.New("x"))), idem.ClassPermanent},
 		{"outcome unknown", idem.OutcomeUnknown(errors.New("x")), idem.ClassOutcomeUnknown},
+		{"sent", idem.TransientSent(errors.New("x")), idem.ClassTransient},
 		{"deadline", fmt.Errorf("post: %w", context.DeadlineExceeded), idem.ClassTransient},
 		{"canceled", context.Canceled, idem.ClassTransient},
 		{"net timeout", timeout, idem.ClassTransient},
@@ -43,6 +44,19 @@ func TestClassify(t *testing.T) {
 				t.Errorf("Classify(%v) = %v; want %v", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+// Sent is read through wrapping, and only TransientSent sets it.
+func TestTransientSentIsTransientAndMarked(t *testing.T) {
+	var ce *idem.ClassifiedError
+	if err := fmt.Errorf("notify: %w", idem.TransientSent(io.EOF)); !errors.As(err, &ce) || !ce.Sent || ce.Class != idem.ClassTransient || !errors.Is(err, io.EOF) {
+		t.Errorf("TransientSent wrapped: %+v; want transient, Sent, unwrapping to its cause", ce)
+	}
+	for _, err := range []error{idem.Transient(io.EOF), idem.TransientAfter(io.EOF, 1), idem.OutcomeUnknown(io.EOF)} {
+		if errors.As(err, &ce) && ce.Sent {
+			t.Errorf("%#v: Sent; want it set by TransientSent only", err)
+		}
 	}
 }
 

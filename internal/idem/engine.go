@@ -321,6 +321,14 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		if p.keyCapReached(out.Attempts) {
 			return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
 		}
+		if sentOf(err) {
+			// The receiver may have the request and still be acting on it:
+			// a second attempt now could do the side effect twice at once.
+			// The delivery ends here, and the caller's backoff gives the
+			// receiver time to finish or to recognise the retry by its key.
+			// This is the one place the rule lives.
+			return e.release(sctx, out, res, err, retryAfterOf(err))
+		}
 		delay, ok := p.Delay(out.Calls, retryAfterOf(err), e.o.Random())
 		if !ok {
 			// The downstream asked for a pause longer than we sleep in-call:

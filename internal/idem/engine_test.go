@@ -777,3 +777,36 @@ func TestReservationThatTookTheTimeReleasesWithoutCounting(t *testing.T) {
 		t.Errorf("record %s retryable %v attempts %d; want released with no attempt counted", rec.Status, rec.Retryable, rec.Attempts)
 	}
 }
+
+// An attempt whose request may have reached the receiver (Sent) ends the
+// delivery's attempts: the key is released at once, with no backoff slept
+// and no second execution, however many attempts the policy allows; the
+// next delivery takes it over and runs it again. An unmarked transient
+// error is still retried within the delivery.
+func TestSentTransientEndsTheDeliverysAttempts(t *testing.T) {
+	f := newFixture(t)
+	key := "evt:slow-1:notify"
+	sent := &counter{script: []error{idem.TransientSent(errBoom), idem.TransientSent(errBoom)}}
+	for delivery := 1; delivery <= 2; delivery++ {
+		out, err := f.engine.Do(context.Background(), req(t, key, `{}`), sent.run)
+		var e *idem.Error
+		if !errors.As(err, &e) || e.Code != idem.CodeTransientFailure || !e.Retryable || out.Stored || e.RetryAfter != 0 {
+			t.Fatalf("delivery %d: %v stored %v; want a released TRANSIENT_FAILURE, no Retry-After (the caller's backoff applies)", delivery, err, out.Stored)
+		}
+		if out.Calls != 1 || len(out.Delays) != 0 || int(sent.calls.Load()) != delivery {
+			t.Errorf("delivery %d: calls %d, delays %v, executions so far %d; want one execution per delivery, nothing slept", delivery, out.Calls, out.Delays, sent.calls.Load())
+		}
+		if rec := get(t, f, key); rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != delivery {
+			t.Errorf("after delivery %d: %s retryable %v attempts %d; want FAILED, retryable, %d attempts", delivery, rec.Status, rec.Retryable, rec.Attempts, delivery)
+		}
+	}
+	if out, err := f.engine.Do(context.Background(), req(t, key, `{}`), sent.run); err != nil || !out.Stored || out.Attempts != 3 {
+		t.Fatalf("third delivery: %+v %v; want the stored success at attempt 3", out, err)
+	}
+	// Wrapped, and after an unmarked transient error that was retried.
+	mixed := &counter{script: []error{idem.Transient(errBoom), fmt.Errorf("notify: %w", idem.TransientSent(errBoom))}}
+	out, _ := f.engine.Do(context.Background(), req(t, "evt:slow-2:notify", `{}`), mixed.run)
+	if out.Calls != 2 || mixed.calls.Load() != 2 || errCode(out.Err) != idem.CodeTransientFailure {
+		t.Errorf("calls %d (executions %d) %v; want 2: the unmarked failure retried, the sent one ending the delivery", out.Calls, mixed.calls.Load(), out.Err)
+	}
+}

@@ -20,7 +20,9 @@ type RetryPolicy struct {
 	// AttemptsPerDelivery caps the executions of the action within one call
 	// of Do. When a transient failure uses the last one, the key is released
 	// (FAILED, retryable) and the caller sends the event back to its queue.
-	// Zero means DefaultAttemptsPerDelivery.
+	// A transient failure marked Sent (the receiver may have the request;
+	// see ClassifiedError.Sent) ends the delivery's attempts the same way,
+	// whatever is left of them. Zero means DefaultAttemptsPerDelivery.
 	AttemptsPerDelivery int
 	// AttemptsPerKey caps the executions of the action for one key, counted
 	// across in-call retries, redeliveries and take-overs. Reaching it on a
