@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -187,10 +189,17 @@ func jsonPrefix(b []byte, limit int) string {
 //	2xx                          → success; the status and a short summary are stored
 //	                               (API: the reply's first bytes, which the caller
 //	                               gets; SQS: the reply's size, digest and a prefix)
-//	429, 502, 503, 504, timeout,
-//	connection reset             → transient; Retry-After is honoured
+//	429, 502, 503, 504           → transient; Retry-After is honoured
+//	no complete reply (any error
+//	of the HTTP client: dial,
+//	DNS, TLS, reset, HTTP/2
+//	stream reset or GOAWAY, EOF,
+//	malformed reply, timeout)    → transient; marked Sent when the request was
+//	                               (or may have been) written, which ends the
+//	                               delivery's attempts (see post)
 //	other 4xx                    → permanent
 //	500 and other statuses       → permanent unless configured transient
+//	a URL that makes no request  → permanent
 func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, error) {
 	// The keys first, outside the request's timeout: when they are stale,
 	// Keys re-reads them (bounded by its own short timeout and by ctx),
@@ -247,14 +256,38 @@ func (n *Notifier) now() time.Time {
 
 // post sends one POST, signed with keys when a Signer is set, and returns
 // the reply's status and headers and what it read of the reply (its first
-// bytes, size and digest); the body is drained for connection reuse. Its
-// errors name the downstream by scheme and host only: a webhook URL's
+// bytes, size and digest); the body is drained for connection reuse.
+//
+// Every error the client returns means that no complete reply came (a
+// dial, DNS, a TLS handshake or certificate, a reset, an HTTP/2 stream
+// reset or GOAWAY, an EOF, a malformed response, a timeout), so it is
+// transient whatever its type: only a complete reply, classified by the
+// Classifier, can be permanent. Matching such errors by type cannot work
+// (net/http's HTTP/2 errors are unexported), so the class comes from what
+// happened to the request instead, traced with net/http/httptrace: one
+// that was written, or may have been, is marked Sent (the receiver may
+// have it: the engine tries no more in this delivery); one that was not
+// may be tried again at once. The error says which, for the attempt's log
+// line. A request that cannot be built (a bad URL) is permanent.
+//
+// Errors name the downstream by scheme and host only: a webhook URL's
 // path, query and user info are often credentials, and errors are stored,
 // logged and returned to API callers.
 func (n *Notifier) post(ctx context.Context, ev action.Event, keys [][]byte) (*http.Response, reply, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(ev.Body))
-	if err != nil {
+	var w writes
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, w.trace()), http.MethodPost, n.URL, bytes.NewReader(ev.Body))
+	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		return nil, reply{}, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
+	}
+	// net/http replays a request that carries an Idempotency-Key when a
+	// reused connection fails, even after the request was written: a
+	// second POST within one attempt. A rewind is allowed only while
+	// nothing was written.
+	req.GetBody = func() (io.ReadCloser, error) {
+		if w.ok.Load() > 0 {
+			return nil, errReplayRefused
+		}
+		return io.NopCloser(bytes.NewReader(ev.Body)), nil
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", ev.Key)
@@ -269,19 +302,63 @@ func (n *Notifier) post(ctx context.Context, ev action.Event, keys [][]byte) (*h
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		where := origin(req.URL)
 		// The *url.Error repeats the whole URL: keep its cause only.
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
-		// A connection closed before the reply (io.EOF) is a reset too.
-		if idem.Classify(err) == idem.ClassTransient || errors.Is(err, io.EOF) {
-			return nil, reply{}, idem.Transient(fmt.Errorf("notify: POST to %s: %w", where, err))
+		// Read after Do returned: a write still in flight (an HTTP/2
+		// stream cut by the timeout) reports later, which "may have been
+		// sent" covers.
+		sent, how := w.verdict()
+		err = fmt.Errorf("notify: POST to %s: no complete reply, the request %s: %w", origin(req.URL), how, err)
+		if sent {
+			return nil, reply{}, idem.TransientSent(err)
 		}
-		return nil, reply{}, fmt.Errorf("notify: POST to %s: %w", where, err)
+		return nil, reply{}, idem.Transient(err)
 	}
 	defer resp.Body.Close()
 	return resp, readReply(resp.Body), nil
+}
+
+// errReplayRefused is what a refused rewind (see post) makes the client
+// return: the connection failed after the request was written.
+var errReplayRefused = errors.New("the connection failed after the request was written (not sent again: one POST per attempt)")
+
+// writes traces what became of one request's writes: a connection got
+// (writing may begin), each write done or failed. net/http calls the
+// hooks from its own goroutines, hence the atomics.
+type writes struct {
+	conns, ok, failed atomic.Int32
+}
+
+func (w *writes) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { w.conns.Add(1) },
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err != nil {
+				w.failed.Add(1)
+			} else {
+				w.ok.Add(1)
+			}
+		},
+	}
+}
+
+// verdict reports whether the receiver may have the request, and how to
+// say it: written whole (sent); a connection got and no write reported
+// yet (may have been sent); or no connection, or every write failed
+// before the request was whole (not sent: the receiver cannot act on a
+// request it did not get whole).
+func (w *writes) verdict() (sent bool, how string) {
+	ok, failed, conns := w.ok.Load(), w.failed.Load(), w.conns.Load()
+	switch {
+	case ok > 0:
+		return true, "was sent (the receiver may have it)"
+	case conns > ok+failed:
+		return true, "may have been sent (the receiver may have it)"
+	default:
+		return false, "was not sent"
+	}
 }
 
 // readReply reads up to maxDrain bytes of body (which also drains it for

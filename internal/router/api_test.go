@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -105,11 +104,15 @@ func TestAPIStatusCodes(t *testing.T) {
 	})
 	t.Run("in flight is 409 with Retry-After", func(t *testing.T) {
 		h := newHarness(t)
-		h.down.Script(downKey, fakewebhook.Reply{Delay: 2 * time.Second})
+		// The receiver holds the first request until the duplicate has been
+		// answered (a request that timed out would end its delivery: 503).
+		hold := make(chan struct{})
+		h.down.Script(downKey, fakewebhook.Reply{Hold: hold})
 		done := make(chan events.APIGatewayV2HTTPResponse)
 		go func() { done <- h.api(ctx, apiRequest(t, clientKey, apiBody)) }()
 		waitFor(t, func() bool { return h.down.Count(downKey) > 0 })
 		resp := h.api(ctx, apiRequest(t, clientKey, apiBody))
+		close(hold)
 		if resp.StatusCode != 409 || problemCode(t, resp) != "IN_PROGRESS" || resp.Headers["Retry-After"] == "" {
 			t.Errorf("got %d %v %s; want 409 with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
 		}

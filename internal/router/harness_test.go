@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,7 +70,9 @@ func (s *syncBuffer) String() string {
 }
 
 type harnessOptions struct {
-	retry       idem.RetryPolicy
+	retry idem.RetryPolicy
+	// notifyTimeout is NOTIFY_TIMEOUT; zero means 2 s.
+	notifyTimeout time.Duration
 	payloadExpr string
 	visibility  sqsvisibility.Changer
 	webhooks    *httpapi.Webhooks
@@ -110,7 +113,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := notify.New(hs.URL, 2*time.Second, notify.Classifier{})
+	n := notify.New(hs.URL, cmp.Or(o.notifyTimeout, 2*time.Second), notify.Classifier{})
 	h.notify = n
 	// The business action: notify, plus a way for a test event to panic.
 	act := func(ctx context.Context, ev action.Event) (action.Result, error) {
