@@ -73,9 +73,9 @@ type harnessOptions struct {
 	retry idem.RetryPolicy
 	// notifyTimeout is NOTIFY_TIMEOUT; zero means 2 s.
 	notifyTimeout time.Duration
-	payloadExpr string
-	visibility  sqsvisibility.Changer
-	webhooks    *httpapi.Webhooks
+	payloadExpr   string
+	visibility    sqsvisibility.Changer
+	webhooks      *httpapi.Webhooks
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
