@@ -17,9 +17,22 @@ import (
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
 const samconfigPath = "../../samconfig.toml"
+
+// The receivers the API function promises to serve in one call: one that
+// answers within promisedAnswer is called once and the caller gets its
+// reply. answerMargin covers a TLS dial to a distant receiver and the
+// network both ways; reservationAllowance, the reservation's store call
+// before the request starts (DynamoDB answers in milliseconds; this covers
+// a throttle and the SDK's retry).
+const (
+	promisedAnswer       = 3 * time.Second
+	answerMargin         = time.Second
+	reservationAllowance = 500 * time.Millisecond
+)
 
 // number resolves n (a literal or !Ref of a parameter, by its Default) to
 // an integer, failing the test otherwise.
@@ -72,28 +85,88 @@ func TestConcurrencyIsBounded(t *testing.T) {
 		}
 	})
 
-	t.Run("the API's worst case fits in its function's timeout", func(t *testing.T) {
-		// The in-call attempts, their timeouts and the backoff between them
-		// (jitter at its most), plus the budget's reserve for the store and
-		// the answer: past that a request answers 503 with Retry-After.
-		cfg, err := config.Load(tpl.literalEnv(apiFn))
+	// NOTIFY_TIMEOUT is derived from one rule: after a POST that failed
+	// once written (a timeout above all), no second POST starts in the same
+	// invocation (the engine's rule, idem.ClassifiedError.Sent), and the
+	// event comes back with its backoff. So the first request must be long
+	// enough for the receivers we promise to serve, and must run whole.
+	type fn struct {
+		id      string
+		cfg     config.Config
+		timeout time.Duration
+	}
+	load := func(t *testing.T, id string) fn {
+		cfg, err := config.Load(tpl.literalEnv(id))
 		if err != nil {
-			t.Fatalf("%s's environment: %v", apiFn, err)
+			t.Fatalf("%s's environment: %v", id, err)
 		}
-		attempts := cmp.Or(cfg.Retry.AttemptsPerDelivery, idem.DefaultAttemptsPerDelivery)
-		work := time.Duration(attempts) * cmp.Or(cfg.NotifyTimeout, notify.DefaultTimeout)
-		for a := 1; a < attempts; a++ {
-			d, _ := cfg.Retry.Delay(a, 0, 0.999999)
-			work += d
+		return fn{id, cfg, time.Duration(tpl.functionInt(t, id, "Timeout", defaultFunctionTimeout)) * time.Second}
+	}
+	notifyTimeout := func(f fn) time.Duration { return cmp.Or(f.cfg.NotifyTimeout, notify.DefaultTimeout) }
+
+	t.Run("the first request runs whole in each function's work time", func(t *testing.T) {
+		// The request starts after the reservation (reservationAllowance)
+		// and must end by the work deadline (timeout minus the budget's
+		// reserve), or it is cut short: a written timeout that ends the
+		// delivery with the receiver's answer lost.
+		for _, id := range []string{apiFn, queueFn} {
+			f := load(t, id)
+			work := (idem.Budget{}).WorkTime(f.timeout)
+			if need := notifyTimeout(f) + reservationAllowance; need > work {
+				t.Errorf("%s: NOTIFY_TIMEOUT %v + %v for the reservation = %v; want <= the work time %v (Timeout %v minus the budget's reserve %v)",
+					id, notifyTimeout(f), reservationAllowance, need, work, f.timeout, (idem.Budget{}).Reserve())
+			}
 		}
-		worst := work + (idem.Budget{}).Reserve()
-		timeout := time.Duration(tpl.functionInt(t, apiFn, "Timeout", defaultFunctionTimeout)) * time.Second
-		if worst > timeout {
-			t.Errorf("%s: in-call worst case %v (%d attempts of %v, backoff, reserve %v); want <= its Timeout %v", apiFn, worst, attempts, cmp.Or(cfg.NotifyTimeout, notify.DefaultTimeout), (idem.Budget{}).Reserve(), timeout)
+	})
+
+	t.Run("the API function calls a receiver that answers in 3 s once, and the caller gets its reply", func(t *testing.T) {
+		f := load(t, apiFn)
+		if want := promisedAnswer + answerMargin; notifyTimeout(f) < want {
+			t.Errorf("%s: NOTIFY_TIMEOUT %v; want >= %v (a receiver answering in %v, plus %v for the dial and the network): a shorter request times out, and the caller gets 503 for a delivery the receiver made",
+				apiFn, notifyTimeout(f), want, promisedAnswer, answerMargin)
 		}
 		queueTimeout := time.Duration(tpl.functionInt(t, queueFn, "Timeout", defaultFunctionTimeout)) * time.Second
-		if timeout >= queueTimeout {
-			t.Errorf("%s: Timeout %v; want shorter than the queue function's %v (a 503 with Retry-After is a fine answer)", apiFn, timeout, queueTimeout)
+		if f.timeout >= queueTimeout {
+			t.Errorf("%s: Timeout %v; want shorter than the queue function's %v (a 503 with Retry-After is a fine answer)", apiFn, f.timeout, queueTimeout)
+		}
+	})
+
+	t.Run("the queue function's in-call attempts run whole", func(t *testing.T) {
+		// The attempts, their timeouts and the backoff between them
+		// (jitter at its most), plus the budget's reserve: none is cut short
+		// by the deadline. (The API function's later attempt, after a
+		// failure before the request was written or a complete 429/503,
+		// runs on what is left: the budget cuts it.)
+		f := load(t, queueFn)
+		attempts := cmp.Or(f.cfg.Retry.AttemptsPerDelivery, idem.DefaultAttemptsPerDelivery)
+		work := time.Duration(attempts) * notifyTimeout(f)
+		for a := 1; a < attempts; a++ {
+			d, _ := f.cfg.Retry.Delay(a, 0, 0.999999)
+			work += d
+		}
+		if worst := work + (idem.Budget{}).Reserve(); worst > f.timeout {
+			t.Errorf("%s: in-call worst case %v (%d attempts of %v, backoff, reserve %v); want <= its Timeout %v", queueFn, worst, attempts, notifyTimeout(f), (idem.Budget{}).Reserve(), f.timeout)
+		}
+	})
+
+	t.Run("after a written timeout the next POST waits at least NOTIFY_TIMEOUT", func(t *testing.T) {
+		// The receiver slower than NOTIFY_TIMEOUT may still be working on
+		// the POST that timed out: the message's next receive (the visibility
+		// backoff's shortest delay, half its base; the queue's visibility
+		// timeout when the backoff is off) gives it at least as long again
+		// before the next POST.
+		f := load(t, queueFn)
+		for _, ev := range tpl.sqsEvents(t) {
+			if ev.function != queueFn {
+				continue
+			}
+			next, how := time.Duration(intOr(t, get(tpl.props(ev.queue), "VisibilityTimeout"), defaultVisibilityTimeout))*time.Second, ev.queue+"'s VisibilityTimeout (SQS_BACKOFF off)"
+			if !f.cfg.QueueBackoff.Off {
+				next, how = cmp.Or(f.cfg.QueueBackoff.Base, sqsvisibility.DefaultBase)/2, "half of SQS_BACKOFF_BASE, the backoff's shortest first delay"
+			}
+			if next < notifyTimeout(f) {
+				t.Errorf("%s: the next POST after a written timeout may come %v later (%s); want >= NOTIFY_TIMEOUT %v", ev, next, how, notifyTimeout(f))
+			}
 		}
 	})
 

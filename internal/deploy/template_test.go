@@ -264,6 +264,8 @@ func TestTemplate(t *testing.T) {
 			{string(idem.LabelRetryExhausted), router.SourceSQS, "those messages are acknowledged and never reach a DLQ"},
 			{string(idem.LabelRetryExhausted), router.SourceHTTP, "those requests are answered 422 for good"},
 			{string(idem.LabelTransient), router.SourceSQS, "the standard queue's age alarm cannot see an outage's failing messages"},
+			{string(idem.LabelPermanent), router.SourceSQS, "a burst of stored permanent failures (a misclassification, a bad deploy) acknowledges its messages: nothing reaches a DLQ"},
+			{string(idem.LabelPermanent), router.SourceHTTP, "a burst of stored permanent failures (a misclassification, a bad deploy) is answered 422 for good"},
 			{string(idem.LabelStoreRefused), router.SourceSQS, "a missing table or permission fails every message until it is fixed"},
 			{string(idem.LabelStoreRefused), router.SourceHTTP, "a missing table or permission fails every request until it is fixed"},
 			{router.MetricSigningKeyIgnored, router.SourceSQS, "an invalid pending or previous signing key is ignored, not fatal"},
