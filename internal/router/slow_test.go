@@ -78,7 +78,7 @@ func TestAPISlowReceiverGetsOnePOSTPerRequest(t *testing.T) {
 	if cfg.Retry.AttemptsPerDelivery < 2 {
 		t.Fatalf("the API function makes %d attempts per request; this test wants the in-call retries it would refuse", cfg.Retry.AttemptsPerDelivery)
 	}
-	h := newHarness(t, func(o *harnessOptions) { o.retry, o.notifyTimeout = cfg.Retry, 200*time.Millisecond })
+	h := newHarness(t, func(o *harnessOptions) { o.retry, o.notifyTimeout = cfg.Retry, 500*time.Millisecond })
 	if err := h.down.SetRules([]fakewebhook.Rule{{Match: downKey, Reply: fakewebhook.Reply{Hang: true}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestSQSSlowReceiverGetsOnePOSTPerReceive(t *testing.T) {
 	if cfg.Retry.AttemptsPerDelivery < 2 {
 		t.Fatalf("the queue function makes %d attempts per delivery; this test wants the in-call retries it would refuse", cfg.Retry.AttemptsPerDelivery)
 	}
-	h := newHarness(t, func(o *harnessOptions) { o.retry, o.notifyTimeout = cfg.Retry, 200*time.Millisecond })
+	h := newHarness(t, func(o *harnessOptions) { o.retry, o.notifyTimeout = cfg.Retry, 500*time.Millisecond })
 	if err := h.down.SetRules([]fakewebhook.Rule{{Match: keyA, Reply: fakewebhook.Reply{Hang: true}}}); err != nil {
 		t.Fatal(err)
 	}
