@@ -144,10 +144,21 @@ func retryAfterOf(err error) time.Duration {
 }
 
 // sentOf reports whether err is marked as from an attempt that may have
-// reached its receiver (ClassifiedError.Sent).
+// reached its receiver (ClassifiedError.Sent) anywhere in its chain: an
+// outer mark that re-classifies the error (Transient around it) does not
+// make the request unsent.
 func sentOf(err error) bool {
-	ce, ok := errors.AsType[*ClassifiedError](err)
-	return ok && ce.Sent
+	for err != nil {
+		ce, ok := errors.AsType[*ClassifiedError](err)
+		if !ok {
+			return false
+		}
+		if ce.Sent {
+			return true
+		}
+		err = ce.Err
+	}
+	return false
 }
 
 // codeOf returns the code carried by err, or def.

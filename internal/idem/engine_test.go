@@ -803,8 +803,9 @@ func TestSentTransientEndsTheDeliverysAttempts(t *testing.T) {
 	if out, err := f.engine.Do(context.Background(), req(t, key, `{}`), sent.run); err != nil || !out.Stored || out.Attempts != 3 {
 		t.Fatalf("third delivery: %+v %v; want the stored success at attempt 3", out, err)
 	}
-	// Wrapped, and after an unmarked transient error that was retried.
-	mixed := &counter{script: []error{idem.Transient(errBoom), fmt.Errorf("notify: %w", idem.TransientSent(errBoom))}}
+	// Wrapped (even in another transient mark), and after an unmarked
+	// transient error that was retried.
+	mixed := &counter{script: []error{idem.Transient(errBoom), idem.Transient(fmt.Errorf("notify: %w", idem.TransientSent(errBoom)))}}
 	out, _ := f.engine.Do(context.Background(), req(t, "evt:slow-2:notify", `{}`), mixed.run)
 	if out.Calls != 2 || mixed.calls.Load() != 2 || errCode(out.Err) != idem.CodeTransientFailure {
 		t.Errorf("calls %d (executions %d) %v; want 2: the unmarked failure retried, the sent one ending the delivery", out.Calls, mixed.calls.Load(), out.Err)
