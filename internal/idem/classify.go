@@ -56,7 +56,8 @@ type ClassifiedError struct {
 	// key. Unset, a transient error is retried within the delivery, which
 	// suits failures that cannot have reached the receiver (a refused
 	// dial, DNS, a certificate that does not verify) and complete replies
-	// (429, 503). See [TransientSent].
+	// (429, 503). The engine reads it anywhere in the error's chain, so a
+	// caller that marks the error again keeps it. See [TransientSent].
 	Sent bool
 	Err  error
 }
