@@ -1,0 +1,124 @@
+package lambdasdk
+
+import (
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// The retry quota's size and costs: the SDK's own defaults (the standard
+// retry behaviour every AWS SDK implements), stated here so that a change
+// of them in the SDK is a decision of ours, not a surprise.
+//
+// Why these, for a Lambda process:
+//
+//   - A retry that succeeds gives its tokens back, so a short blip costs
+//     nothing in the end; the bucket only drains by retries that fail
+//     again. Full, it pays one throttled retry for each of 100 calls in
+//     flight at once: every call of a Managed Instances environment at
+//     AWS_LAMBDA_MAX_CONCURRENCY 8-10 with MAX_CONCURRENCY 10 records each
+//     (one call per record at a time), so a blip across a whole, fully
+//     loaded process is still ridden out in place. A smaller bucket would
+//     send such records back to the queue, each receive counting towards
+//     maxReceiveCount.
+//   - In a sustained throttle, the process stops retrying after 100 failed
+//     throttled retries (about 35 failed retries of other transient errors:
+//     5xx, timeouts, resets), which is the first round of retries of a
+//     fully loaded Managed Instances environment, or about three batches
+//     of a one-invocation-at-a-time environment. After that each call makes
+//     one attempt, and a record goes back to the queue at once with its own
+//     backoff (QUEUE_BACKOFF_*): the queue, not a sleeping function, spreads
+//     the retries over time, and a refused retry does not sleep.
+//   - A throttled retry costs less than others (5 against 14) because
+//     throttling says the request did nothing and the service is
+//     answering; repeated 5xx and timeouts say it is failing.
+//   - Every operation that succeeds at its first attempt puts one token
+//     back, so the brake lets go within 5 successes per throttled retry
+//     once the service recovers.
+const (
+	// QuotaTokens is the bucket's capacity, and what it holds at the start.
+	QuotaTokens uint = retry.DefaultRetryRateTokens
+	// ThrottlingRetryCost is what a retry after a throttling error takes.
+	ThrottlingRetryCost uint = retry.DefaultThrottlingRetryCost
+	// RetryCost is what any other retry takes (5xx, timeouts, connection
+	// errors): the SDK's default, which it does not export.
+	RetryCost uint = 14
+	// NoRetryIncrement is what an operation that succeeds at its first
+	// attempt puts back.
+	NoRetryIncrement uint = retry.DefaultNoRetryIncrement
+)
+
+// DynamoDB's own retry defaults, which its client applies only to a
+// retryer it builds itself (so a shared retryer must restate them).
+const (
+	dynamoDBMaxAttempts = 4
+	dynamoDBBaseDelay   = 25 * time.Millisecond
+)
+
+// Quota is a process's retry quota: one token bucket (the SDK's
+// ratelimit.TokenRateLimit) that the standard retryer of every SDK client
+// of the process draws on, whatever the service, so that while calls keep
+// failing the whole process stops retrying instead of each client, and
+// each call, retrying to its limit. Build one per process, in the wiring,
+// before the clients; it is safe for concurrent use (the bucket takes a
+// lock per operation).
+//
+// It brakes one process only: other execution environments of the same
+// function have their own.
+type Quota struct {
+	limiter *ratelimit.TokenRateLimit
+}
+
+// NewQuota returns a full quota of QuotaTokens.
+func NewQuota() *Quota {
+	return &Quota{limiter: ratelimit.NewTokenRateLimit(QuotaTokens)}
+}
+
+// Remaining is the number of tokens left in the bucket.
+func (q *Quota) Remaining() uint { return q.limiter.Remaining() }
+
+// Share returns cfg with a retryer provider that gives every client built
+// from it (NewFromConfig) its own standard retryer, with the SDK's default
+// attempts and backoff, drawing on q. The SDK's clients for SQS and Secrets
+// Manager build exactly that retryer themselves, with a bucket of their
+// own. AWS_MAX_ATTEMPTS (cfg.RetryMaxAttempts) is still applied by each
+// client on top. A cfg with a retryer already set, or in adaptive mode
+// (AWS_RETRY_MODE=adaptive, whose retryer keeps its own buckets), is
+// returned as it is.
+func (q *Quota) Share(cfg aws.Config) aws.Config {
+	if cfg.Retryer != nil || !standardMode(cfg.RetryMode) {
+		return cfg
+	}
+	cfg.Retryer = func() aws.Retryer { return q.standard() }
+	return cfg
+}
+
+// DynamoDB is a DynamoDB client option: its retryer becomes the standard
+// one with DynamoDB's own defaults (4 attempts, 25 ms base backoff), drawing
+// on q. In adaptive mode it does nothing. RetryMaxAttempts is still applied
+// by the client on top.
+func (q *Quota) DynamoDB(o *dynamodb.Options) {
+	if !standardMode(o.RetryMode) {
+		return
+	}
+	o.Retryer = q.standard(func(so *retry.StandardOptions) {
+		so.MaxAttempts = dynamoDBMaxAttempts
+		so.BaseDelay = dynamoDBBaseDelay
+	})
+}
+
+func (q *Quota) standard(fns ...func(*retry.StandardOptions)) *retry.Standard {
+	return retry.NewStandard(append([]func(*retry.StandardOptions){func(so *retry.StandardOptions) {
+		so.RateLimiter = q.limiter
+		so.RetryCost = RetryCost
+		so.ThrottlingRetryCost = ThrottlingRetryCost
+		so.NoRetryIncrement = NoRetryIncrement
+	}}, fns...)...)
+}
+
+func standardMode(m aws.RetryMode) bool {
+	return m == "" || m == aws.RetryModeStandard
+}
