@@ -84,11 +84,24 @@ func quickBackoff(r aws.Retryer) aws.Retryer {
 }
 
 // TestRetryQuotaBrakesAThrottledProcess: eight invocations of ten records
-// at once in one process (a Managed Instances environment), with DynamoDB
-// and SQS both throttling every call, make at most their first attempts
-// plus one process-wide quota's worth of retries, whatever client makes
-// them, and acknowledge nothing.
+// at once in one process (a Managed Instances environment), against a
+// store that throttles every call, make at most their first attempts plus
+// one process-wide quota's worth of retries, and acknowledge nothing; when
+// SQS throttles too (the visibility changes of the records sent back), the
+// retries of both clients together still fit in that one quota.
 func TestRetryQuotaBrakesAThrottledProcess(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		visibility bool // the records' visibility changes, through the throttling SQS
+	}{
+		{"the store throttles", false},
+		{"the store and the queue throttle", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testRetryQuota(t, tt.visibility) })
+	}
+}
+
+func testRetryQuota(t *testing.T, visibility bool) {
 	const invocations, records = 8, 10
 	srv := newThrottlingAWS(t)
 	// As the function's wiring does: one quota for the process, shared by
@@ -114,12 +127,15 @@ func TestRetryQuotaBrakesAThrottledProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ran atomic.Int64
-	h, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Keys: keys, Logger: logger,
+	o := sqsbatch.Options{Engine: engine, Poison: store, Keys: keys, Logger: logger,
 		Action: func(context.Context, action.Event) (action.Result, error) {
 			ran.Add(1)
 			return action.Result{}, nil
-		},
-		Visibility: sqsvisibility.New(queue), VisibilityPolicy: sqsvisibility.Policy{Base: time.Second, Max: time.Minute}})
+		}}
+	if visibility {
+		o.Visibility, o.VisibilityPolicy = sqsvisibility.New(queue), sqsvisibility.Policy{Base: time.Second, Max: time.Minute}
+	}
+	h, err := sqsbatch.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
