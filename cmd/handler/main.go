@@ -176,7 +176,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	// One retry quota for the process: every client built from awsCfg
 	// (DynamoDB, SQS, Secrets Manager) stops retrying together while calls
 	// keep failing (package lambdasdk says how much and why).
-	quota := lambdasdk.NewQuota()
+	quota := lambdasdk.NewQuota(logger)
 	awsCfg = quota.Share(awsCfg)
 	// The store's client drops per-call work a function does not need
 	// (package lambdasdk says what and why).

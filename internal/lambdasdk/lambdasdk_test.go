@@ -124,7 +124,7 @@ func BenchmarkPutItem(b *testing.B) {
 		_, _ = w.Write(body)
 	}))
 	defer srv.Close()
-	quota := NewQuota()
+	quota := NewQuota(nil)
 	for _, v := range []struct {
 		name string
 		opt  func(*dynamodb.Options)

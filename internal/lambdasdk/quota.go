@@ -1,6 +1,10 @@
 package lambdasdk
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -69,16 +73,43 @@ const (
 // It brakes one process only: other execution environments of the same
 // function have their own.
 type Quota struct {
-	limiter *ratelimit.TokenRateLimit
+	bucket  *ratelimit.TokenRateLimit
+	logger  *slog.Logger
+	braking atomic.Bool // a retry was refused, and none granted since
 }
 
-// NewQuota returns a full quota of QuotaTokens.
-func NewQuota() *Quota {
-	return &Quota{limiter: ratelimit.NewTokenRateLimit(QuotaTokens)}
+// NewQuota returns a full quota of QuotaTokens. When the quota first
+// refuses a retry, and when it grants one again, it logs one line to logger
+// (nil: no line).
+func NewQuota(logger *slog.Logger) *Quota {
+	return &Quota{bucket: ratelimit.NewTokenRateLimit(QuotaTokens), logger: logger}
 }
 
 // Remaining is the number of tokens left in the bucket.
-func (q *Quota) Remaining() uint { return q.limiter.Remaining() }
+func (q *Quota) Remaining() uint { return q.bucket.Remaining() }
+
+// GetToken implements retry.RateLimiter: the SDK's bucket, saying when it
+// starts and stops refusing retries.
+func (q *Quota) GetToken(ctx context.Context, cost uint) (func() error, error) {
+	release, err := q.bucket.GetToken(ctx, cost)
+	var spent ratelimit.QuotaExceededError
+	switch {
+	case errors.As(err, &spent):
+		// CompareAndSwap: of the retries refused at once, one logs.
+		if q.braking.CompareAndSwap(false, true) && q.logger != nil {
+			q.logger.Warn("the process's AWS retry quota is spent: calls are not retried until enough succeed",
+				"quota_tokens_left", spent.Available, "quota_tokens_requested", spent.Requested)
+		}
+	case err == nil && q.braking.Load():
+		if q.braking.CompareAndSwap(true, false) && q.logger != nil {
+			q.logger.Info("the process's AWS retry quota allows retries again", "quota_tokens_left", q.bucket.Remaining())
+		}
+	}
+	return release, err
+}
+
+// AddTokens implements retry.RateLimiter.
+func (q *Quota) AddTokens(n uint) error { return q.bucket.AddTokens(n) }
 
 // Share returns cfg with a retryer provider that gives every client built
 // from it (NewFromConfig) its own standard retryer, with the SDK's default
@@ -112,7 +143,7 @@ func (q *Quota) DynamoDB(o *dynamodb.Options) {
 
 func (q *Quota) standard(fns ...func(*retry.StandardOptions)) *retry.Standard {
 	return retry.NewStandard(append([]func(*retry.StandardOptions){func(so *retry.StandardOptions) {
-		so.RateLimiter = q.limiter
+		so.RateLimiter = q
 		so.RetryCost = RetryCost
 		so.ThrottlingRetryCost = ThrottlingRetryCost
 		so.NoRetryIncrement = NoRetryIncrement

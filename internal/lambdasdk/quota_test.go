@@ -1,6 +1,7 @@
 package lambdasdk_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -106,7 +107,9 @@ func testRetryQuota(t *testing.T, visibility bool) {
 	srv := newThrottlingAWS(t)
 	// As the function's wiring does: one quota for the process, shared by
 	// the config every client is built from.
-	quota := lambdasdk.NewQuota()
+	var logs bytes.Buffer // written under the handler's lock
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	quota := lambdasdk.NewQuota(logger)
 	cfg := quota.Share(awsConfig(srv.srv.URL))
 	ddb := lambdasdk.DynamoDB(cfg, quota, func(o *dynamodb.Options) { o.Retryer = quickBackoff(o.Retryer) })
 	queue := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.Retryer = quickBackoff(o.Retryer) })
@@ -117,7 +120,6 @@ func testRetryQuota(t *testing.T, visibility bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	engine, err := idem.New(idem.Options{Store: store, Lease: time.Minute, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +193,11 @@ func testRetryQuota(t *testing.T, visibility bool) {
 	} else if retries == 0 {
 		t.Error("no retry at all: the SDK's retries are gone, not braked")
 	}
+	// The operator is told once that the process stopped retrying (the
+	// record lines only say STORE_UNAVAILABLE).
+	if n := strings.Count(logs.String(), `"msg":"the process's AWS retry quota is spent`); n != 1 {
+		t.Errorf("%d lines say the quota is spent; want 1", n)
+	}
 }
 
 func awsConfig(endpoint string) aws.Config {
@@ -201,7 +208,8 @@ func awsConfig(endpoint string) aws.Config {
 // one bucket, and keep their services' own attempts; AWS_MAX_ATTEMPTS and
 // adaptive mode are left to the SDK.
 func TestQuotaIsSharedByEveryClient(t *testing.T) {
-	quota := lambdasdk.NewQuota()
+	var logs bytes.Buffer
+	quota := lambdasdk.NewQuota(slog.New(slog.NewJSONHandler(&logs, nil)))
 	cfg := quota.Share(awsConfig("http://127.0.0.1:1"))
 	ddb := lambdasdk.DynamoDB(cfg, quota).Options().Retryer
 	queue := sqs.NewFromConfig(cfg).Options().Retryer
@@ -242,6 +250,21 @@ func TestQuotaIsSharedByEveryClient(t *testing.T) {
 	_ = release(nil)
 	if got := quota.Remaining(); got != before+lambdasdk.NoRetryIncrement {
 		t.Errorf("a success left %d tokens; want %d", got, before+lambdasdk.NoRetryIncrement)
+	}
+
+	// Once enough calls succeeded, a retry is granted again, and said so
+	// once, after the one line that said it was spent.
+	for range lambdasdk.ThrottlingRetryCost {
+		_ = quota.AddTokens(lambdasdk.NoRetryIncrement)
+	}
+	for range 2 {
+		if _, err := secrets.GetRetryToken(context.Background(), throttled); err != nil {
+			t.Fatalf("a throttled retry was refused with %d tokens left: %v", quota.Remaining(), err)
+		}
+		_ = quota.AddTokens(lambdasdk.ThrottlingRetryCost)
+	}
+	if spent, again := strings.Count(logs.String(), "retry quota is spent"), strings.Count(logs.String(), "retry quota allows retries again"); spent != 1 || again != 1 {
+		t.Errorf("logged %q; want one line saying the quota is spent, then one saying it allows retries again", logs.String())
 	}
 
 	// AWS_MAX_ATTEMPTS still applies, on the shared bucket.
