@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -73,9 +73,13 @@ const (
 // It brakes one process only: other execution environments of the same
 // function have their own.
 type Quota struct {
-	bucket  *ratelimit.TokenRateLimit
-	logger  *slog.Logger
-	braking atomic.Bool // a retry was refused, and none granted since
+	bucket *ratelimit.TokenRateLimit
+	logger *slog.Logger
+	// mu makes taking tokens and flipping braking one step, so that the
+	// lines follow the bucket's order: a retry granted just before another
+	// is refused must not read as "retries again" after "spent".
+	mu      sync.Mutex
+	braking bool // a retry was refused, and none granted since
 }
 
 // NewQuota returns a full quota of QuotaTokens. When the quota first
@@ -89,21 +93,24 @@ func NewQuota(logger *slog.Logger) *Quota {
 func (q *Quota) Remaining() uint { return q.bucket.Remaining() }
 
 // GetToken implements retry.RateLimiter: the SDK's bucket, saying when it
-// starts and stops refusing retries.
+// starts and stops refusing retries. The SDK calls it for retries only.
 func (q *Quota) GetToken(ctx context.Context, cost uint) (func() error, error) {
+	q.mu.Lock()
 	release, err := q.bucket.GetToken(ctx, cost)
 	var spent ratelimit.QuotaExceededError
+	refused := errors.As(err, &spent)
+	started, ended := refused && !q.braking, err == nil && q.braking
+	if started || ended {
+		q.braking = started
+	}
+	q.mu.Unlock()
 	switch {
-	case errors.As(err, &spent):
-		// CompareAndSwap: of the retries refused at once, one logs.
-		if q.braking.CompareAndSwap(false, true) && q.logger != nil {
-			q.logger.Warn("the process's AWS retry quota is spent: calls are not retried until enough succeed",
-				"quota_tokens_left", spent.Available, "quota_tokens_requested", spent.Requested)
-		}
-	case err == nil && q.braking.Load():
-		if q.braking.CompareAndSwap(true, false) && q.logger != nil {
-			q.logger.Info("the process's AWS retry quota allows retries again", "quota_tokens_left", q.bucket.Remaining())
-		}
+	case q.logger == nil:
+	case started:
+		q.logger.Warn("the process's AWS retry quota is spent: calls are not retried until enough succeed",
+			"quota_tokens_left", spent.Available, "quota_tokens_requested", spent.Requested)
+	case ended:
+		q.logger.Info("the process's AWS retry quota allows retries again", "quota_tokens_left", q.bucket.Remaining())
 	}
 	return release, err
 }
