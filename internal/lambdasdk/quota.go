@@ -14,8 +14,9 @@ import (
 )
 
 // The retry quota's size and costs: the SDK's own defaults (the standard
-// retry behaviour every AWS SDK implements), stated here so that a change
-// of them in the SDK is a decision of ours, not a surprise.
+// retry behaviour every AWS SDK implements), written out here so that a
+// change of them in the SDK is a decision of ours, not a surprise
+// (TestQuotaIsTheSDKsDefault fails when they differ).
 //
 // Why these, for a Lambda process:
 //
@@ -34,7 +35,7 @@ import (
 //     fully loaded Managed Instances environment, or about three batches
 //     of a one-invocation-at-a-time environment. After that each call makes
 //     one attempt, and a record goes back to the queue at once with its own
-//     backoff (QUEUE_BACKOFF_*): the queue, not a sleeping function, spreads
+//     backoff (SQS_BACKOFF_*): the queue, not a sleeping function, spreads
 //     the retries over time, and a refused retry does not sleep.
 //   - A throttled retry costs less than others (5 against 14) because
 //     throttling says the request did nothing and the service is
@@ -44,15 +45,15 @@ import (
 //     once the service recovers.
 const (
 	// QuotaTokens is the bucket's capacity, and what it holds at the start.
-	QuotaTokens uint = retry.DefaultRetryRateTokens
+	QuotaTokens uint = 500
 	// ThrottlingRetryCost is what a retry after a throttling error takes.
-	ThrottlingRetryCost uint = retry.DefaultThrottlingRetryCost
+	ThrottlingRetryCost uint = 5
 	// RetryCost is what any other retry takes (5xx, timeouts, connection
-	// errors): the SDK's default, which it does not export.
+	// errors).
 	RetryCost uint = 14
 	// NoRetryIncrement is what an operation that succeeds at its first
 	// attempt puts back.
-	NoRetryIncrement uint = retry.DefaultNoRetryIncrement
+	NoRetryIncrement uint = 1
 )
 
 // DynamoDB's own retry defaults, which its client applies only to a

@@ -289,3 +289,35 @@ func isAdaptive(r aws.Retryer) bool {
 	_, ok := r.(*retry.AdaptiveMode)
 	return ok
 }
+
+// The quota's size and costs are the SDK's defaults: when an SDK upgrade
+// changes those, this fails, and keeping ours or following is a decision
+// to write down in quota.go.
+func TestQuotaIsTheSDKsDefault(t *testing.T) {
+	sdk := retry.NewStandard() // its own bucket, and the costs it charges
+	throttled := &smithy.GenericAPIError{Code: "ThrottlingException"}
+	other := &smithy.GenericAPIError{Code: "InternalServerError"}
+	n := 0
+	for ; n <= 1000; n++ {
+		if _, err := sdk.GetRetryToken(context.Background(), throttled); err != nil {
+			break
+		}
+	}
+	if n != int(lambdasdk.QuotaTokens/lambdasdk.ThrottlingRetryCost) {
+		t.Errorf("the SDK's bucket pays %d throttled retries; ours pays %d/%d", n, lambdasdk.QuotaTokens, lambdasdk.ThrottlingRetryCost)
+	}
+	if retry.DefaultRetryRateTokens != lambdasdk.QuotaTokens || retry.DefaultThrottlingRetryCost != lambdasdk.ThrottlingRetryCost || retry.DefaultNoRetryIncrement != lambdasdk.NoRetryIncrement {
+		t.Errorf("the SDK's defaults are %d tokens, %d per throttled retry, %d per success; ours %d, %d, %d",
+			retry.DefaultRetryRateTokens, retry.DefaultThrottlingRetryCost, retry.DefaultNoRetryIncrement, lambdasdk.QuotaTokens, lambdasdk.ThrottlingRetryCost, lambdasdk.NoRetryIncrement)
+	}
+	fresh := retry.NewStandard()
+	n = 0
+	for ; n <= 1000; n++ {
+		if _, err := fresh.GetRetryToken(context.Background(), other); err != nil {
+			break
+		}
+	}
+	if n != int(lambdasdk.QuotaTokens/lambdasdk.RetryCost) {
+		t.Errorf("the SDK's bucket pays %d other retries; ours pays %d/%d", n, lambdasdk.QuotaTokens, lambdasdk.RetryCost)
+	}
+}
