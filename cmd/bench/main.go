@@ -698,12 +698,18 @@ Fixed, because it was cheap (measured on 2026-11-30 with ` + "`make bench`" + `'
 
 Done in issue 22, through the SDK's own options (internal/lambdasdk, whose package comment says what each
 changes and why it is safe): endpoints resolved once per parameter set instead of per call, account-id endpoint
-rules off, no process-wide retry quota, no CRC32 re-check of TLS-protected responses. Per DynamoDB call against a
-local server (` + "`go test -bench PutItem ./internal/lambdasdk/`" + `, 3,000 calls, 3-4 runs) they take about 8 of the ~390
-allocations and 0.3-0.7 KB of the ~34 KB, and no CPU difference shows above that benchmark's noise (0.36-0.45 ms of
-process CPU per call, client and local server together): the SDK rebuilds its middleware stack on every call,
+rules off, no CRC32 re-check of TLS-protected responses. Per DynamoDB call against a local server
+(` + "`go test -bench PutItem ./internal/lambdasdk/`" + `, 3,000 calls, 3-4 runs) they take about 8 of the ~390 allocations and
+0.3-0.7 KB of the ~34 KB, and no CPU difference shows above that benchmark's noise (0.36-0.45 ms of process CPU per
+call, client and local server together): the SDK rebuilds its middleware stack on every call,
 copying its options into each middleware, clones the request for signing and retries, and decodes JSON through
-a generic document, and no option turns that off. The interleaved A/B section below says what these options and
+a generic document, and no option turns that off. A fourth option, no retry quota (` + "`ratelimit.None`" + `), was
+meant to go with them but never applied: the DynamoDB client builds its retryer, with a bucket of its own, before
+it runs the options. Measured alone it saves nothing either (issue 29, 3 runs each, on the shared 2-core machine at
+load 4 to 6: 389-393 allocations and 34.1-34.8 KB per call against the SDK defaults' 390-391 and 34.2-34.5 KB), so
+the process-wide retry quota that replaced the per-client buckets (` + "`lambdasdk.Quota`" + `) costs nothing per call
+either: ` + "`lean`" + ` made 378-381 allocations before it and 381-383 after, ` + "`lean-shared-quota`" + ` 381-383, all within the
+benchmark's noise (which counts the local server's allocations too). The interleaved A/B section below says what these options and
 the smaller records change end to end. The profiles of both paths below show what is left: the SDK's per-call
 stack and SigV4 signing, the JSON (de)serialization of items, and the round trips' syscalls.
 

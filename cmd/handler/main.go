@@ -173,9 +173,14 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
+	// One retry quota for the process: every client built from awsCfg
+	// (DynamoDB, SQS, Secrets Manager) stops retrying together while calls
+	// keep failing (package lambdasdk says how much and why).
+	quota := lambdasdk.NewQuota(logger)
+	awsCfg = quota.Share(awsCfg)
 	// The store's client drops per-call work a function does not need
 	// (package lambdasdk says what and why).
-	store, err := ddbstore.New(lambdasdk.DynamoDB(awsCfg), cfg.Table, cfg.Namespace)
+	store, err := ddbstore.New(lambdasdk.DynamoDB(awsCfg, quota), cfg.Table, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,8 @@
 // request path, with the SDK's own options set for a Lambda function: it
 // drops per-call work a function does not need, and keeps what correctness
 // on AWS needs (FIPS, dual-stack and custom endpoints, SigV4, the retryer's
-// backoff and attempts).
+// backoff and attempts). It also holds the process's retry quota (Quota,
+// in quota.go), which every client of the process shares.
 //
 // What each option changes, and why it is safe (BENCHMARKS.md has what each
 // saves):
@@ -23,14 +24,6 @@
 //     whatever the environment says and skips the account-id rules on every
 //     call. The regional endpoint is the one DynamoDB documents for every
 //     API, FIPS and dual-stack included.
-//   - No client-side retry quota (ratelimit.None). The standard retryer's
-//     token bucket takes a lock on every call to refund tokens, and, once
-//     many calls failed, refuses retries process-wide. A function's calls
-//     are already bounded by the engine's time budget (every store call ends
-//     before the invocation's deadline) and by the retryer's attempts and
-//     backoff, which stay as they are; the queue's redrive policy bounds the
-//     rest. Adaptive retry mode, if an operator asks for it
-//     (AWS_RETRY_MODE), is left alone.
 //   - No CRC32 check of DynamoDB responses (DisableValidateResponseChecksum).
 //     DynamoDB sends X-Amz-Crc32 and the SDK hashes every response body to
 //     compare it. The connection to DynamoDB is TLS, whose record
@@ -45,28 +38,28 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 )
 
-// DynamoDB returns the DynamoDB client for cfg with Lean applied.
-func DynamoDB(cfg aws.Config) *dynamodb.Client {
-	return dynamodb.NewFromConfig(cfg, Lean)
+// DynamoDB returns the DynamoDB client for cfg with Lean applied, whose
+// retries draw on q (see Quota.DynamoDB), then opts. A nil q leaves the
+// SDK's own retryer, with a retry quota of the client's own.
+func DynamoDB(cfg aws.Config, q *Quota, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+	fns := []func(*dynamodb.Options){Lean}
+	if q != nil {
+		fns = append(fns, q.DynamoDB)
+	}
+	return dynamodb.NewFromConfig(cfg, append(fns, opts...)...)
 }
 
 // Lean sets the options described in the package comment on o. Every
-// option is the SDK's own; none changes what is sent to DynamoDB.
+// option is the SDK's own; none changes what is sent to DynamoDB, and none
+// touches the retryer.
 func Lean(o *dynamodb.Options) {
 	o.EndpointResolverV2 = newCachedResolver(o.EndpointResolverV2)
 	o.AccountIDEndpointMode = aws.AccountIDEndpointModeDisabled
 	o.DisableValidateResponseChecksum = true
-	if o.Retryer == nil && (o.RetryMode == "" || o.RetryMode == aws.RetryModeStandard) {
-		// RetryMaxAttempts (AWS_MAX_ATTEMPTS) is still applied by the
-		// client on top of this retryer.
-		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.RateLimiter = ratelimit.None })
-	}
 }
 
 // maxCachedEndpoints bounds the cache: a function uses one or two tables in

@@ -99,44 +99,6 @@ func TestParamsKeyCoversEveryParameter(t *testing.T) {
 	}
 }
 
-// Lean keeps the retryer's attempts and backoff (only the process-wide
-// quota goes), honours RetryMaxAttempts, and leaves adaptive mode alone.
-func TestLeanKeepsRetries(t *testing.T) {
-	o := dynamodb.Options{}
-	Lean(&o)
-	std, ok := o.Retryer.(*retry.Standard)
-	if !ok || std.MaxAttempts() != retry.DefaultMaxAttempts {
-		t.Fatalf("retryer %T with %d attempts; want the standard retryer with %d", o.Retryer, o.Retryer.MaxAttempts(), retry.DefaultMaxAttempts)
-	}
-	adaptive := dynamodb.Options{RetryMode: aws.RetryModeAdaptive}
-	Lean(&adaptive)
-	if adaptive.Retryer != nil {
-		t.Errorf("adaptive mode got retryer %T; want it left to the SDK", adaptive.Retryer)
-	}
-	// The quota is what goes: a standard retryer refuses retries once
-	// about a hundred have been spent process-wide; this one never does.
-	throttled := &types.ProvisionedThroughputExceededException{}
-	if !std.IsErrorRetryable(throttled) {
-		t.Error("throttling is not retryable")
-	}
-	for i := range 1000 {
-		if _, err := std.GetRetryToken(context.Background(), throttled); err != nil {
-			t.Fatalf("retry %d refused: %v", i, err)
-		}
-	}
-	quota := retry.NewStandard()
-	refused := false
-	for range 1000 {
-		if _, err := quota.GetRetryToken(context.Background(), throttled); err != nil {
-			refused = true
-			break
-		}
-	}
-	if !refused {
-		t.Error("the SDK's default retryer never refused a retry: the test no longer shows what Lean removes")
-	}
-}
-
 func localConfig(endpoint string) aws.Config {
 	return aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(endpoint)}
 }
@@ -162,6 +124,7 @@ func BenchmarkPutItem(b *testing.B) {
 		_, _ = w.Write(body)
 	}))
 	defer srv.Close()
+	quota := NewQuota(nil)
 	for _, v := range []struct {
 		name string
 		opt  func(*dynamodb.Options)
@@ -174,6 +137,7 @@ func BenchmarkPutItem(b *testing.B) {
 		}},
 		{"no-crc32", func(o *dynamodb.Options) { o.DisableValidateResponseChecksum = true }},
 		{"lean", Lean},
+		{"lean-shared-quota", func(o *dynamodb.Options) { Lean(o); quota.DynamoDB(o) }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			client := dynamodb.NewFromConfig(localConfig(srv.URL), v.opt)
