@@ -41,6 +41,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -298,7 +299,10 @@ func adapters(cfg config.Config, engine *idem.Engine, store *ddbstore.Store, act
 	if err != nil {
 		return nil, nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks,
+		// A receiver that did not answer within NOTIFY_TIMEOUT gets as long
+		// again before the caller's retry (docs/http-api.md).
+		SentRetryAfter: cmp.Or(cfg.NotifyTimeout, notify.DefaultTimeout), Logger: logger})
 	if err != nil {
 		return nil, nil, err
 	}

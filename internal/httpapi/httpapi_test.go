@@ -55,6 +55,8 @@ func newFixture(t *testing.T) *fixture {
 		switch b.Reply {
 		case "transient":
 			return action.Result{}, idem.Transient(errors.New("503 from downstream"))
+		case "sent":
+			return action.Result{}, idem.TransientSent(errors.New("POST timed out once written"))
 		case "retry-after":
 			return action.Result{}, idem.TransientAfter(errors.New("429 from downstream"), 120*time.Second)
 		case "permanent":
@@ -67,11 +69,24 @@ func newFixture(t *testing.T) *fixture {
 		return action.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil
 	}
 	f.engine = engine
-	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
+	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, SentRetryAfter: 4 * time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// After a request that may have reached the receiver, the caller is asked
+// to wait SentRetryAfter (the receiver may still be acting on it); after
+// one that cannot have, the usual second.
+func TestSentFailureAsksTheCallerToWait(t *testing.T) {
+	f := newFixture(t)
+	for _, tt := range []struct{ reply, want string }{{"sent", "4"}, {"transient", "1"}} {
+		resp, _ := f.h.Handle(context.Background(), request(body(`{"reply":"`+tt.reply+`"}`), header("idempotency-key", "order-7f3a9c21-"+tt.reply)))
+		if resp.StatusCode != 503 || resp.Headers["Retry-After"] != tt.want {
+			t.Errorf("%s: %d Retry-After %q; want 503 Retry-After %s", tt.reply, resp.StatusCode, resp.Headers["Retry-After"], tt.want)
+		}
+	}
 }
 
 func request(mods ...func(*events.APIGatewayV2HTTPRequest)) events.APIGatewayV2HTTPRequest {

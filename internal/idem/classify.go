@@ -144,11 +144,13 @@ func retryAfterOf(err error) time.Duration {
 	return 0
 }
 
-// sentOf reports whether err is marked as from an attempt that may have
+// IsSent reports whether err is marked as from an attempt that may have
 // reached its receiver (ClassifiedError.Sent) anywhere in its chain: an
 // outer mark that re-classifies the error (Transient around it) does not
-// make the request unsent.
-func sentOf(err error) bool {
+// make the request unsent. The engine reads it to end a delivery's
+// attempts; the API adapter to give the receiver time before the caller's
+// retry.
+func IsSent(err error) bool {
 	for err != nil {
 		ce, ok := errors.AsType[*ClassifiedError](err)
 		if !ok {

@@ -321,7 +321,7 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		if p.keyCapReached(out.Attempts) {
 			return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
 		}
-		if sentOf(err) {
+		if IsSent(err) {
 			// The receiver may have the request and still be acting on it:
 			// a second attempt now could do the side effect twice at once.
 			// The delivery ends here, and the caller's backoff gives the
