@@ -39,8 +39,8 @@
 // not stop an invocation at its timeout there; an action that ignores its
 // context is abandoned by the engine at its work deadline, so that it
 // cannot hold an answer past it. Past maxAbandoned of those still running,
-// the process exits between invocations (router.Router.Invoke says how)
-// instead of piling up goroutines. internal/e2e's
+// the process exits between invocations (exitGate says how) instead of
+// piling up goroutines. internal/e2e's
 // TestE2EManagedInstances checks all of this under the emulator's
 // managed-instances mode, with the race detector.
 package main
@@ -219,11 +219,10 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger, FirstInvoke: act.firstInvoke(engine.Budget(), logger),
-		Abandoned: engine.Abandoned, MaxAbandoned: maxAbandoned(lambdacontext.MaxConcurrency()), Exit: func() { os.Exit(0) }}
-	if boundAbandoned != nil {
-		r.MaxAbandoned = boundAbandoned()
+	if err := gateRuntimeAPI(engine, logger); err != nil {
+		return nil, err
 	}
+	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger, FirstInvoke: act.firstInvoke(engine.Budget(), logger)}
 	if wrapAction != nil {
 		act.do = wrapAction(act.do)
 	}
@@ -239,6 +238,25 @@ func wire(ctx context.Context) (*router.Router, error) {
 		r.InboundSecret = sources
 	}
 	return r, nil
+}
+
+// gateRuntimeAPI puts the exit gate (exitgate.go) between aws-lambda-go
+// and the Runtime API, with the engine's count of abandoned actions and
+// the bound. Outside Lambda (no Runtime API) there is nothing to gate.
+func gateRuntimeAPI(engine *idem.Engine, logger *slog.Logger) error {
+	api := os.Getenv(envRuntimeAPI)
+	if api == "" {
+		return nil
+	}
+	bound := maxAbandoned(lambdacontext.MaxConcurrency())
+	if boundAbandoned != nil {
+		bound = boundAbandoned()
+	}
+	addr, err := startExitGate(api, &exitGate{abandoned: engine.Abandoned, bound: bound, logger: logger, exit: func() { os.Exit(0) }})
+	if err != nil {
+		return err
+	}
+	return os.Setenv(envRuntimeAPI, addr)
 }
 
 // newEngine builds the engine on the store (wrapped when a build-tagged

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -130,19 +129,8 @@ type Router struct {
 	// InboundSecret, if set, is the inbound webhook sources' secret, whose
 	// failed re-reads each webhook document counts.
 	InboundSecret SecretHealth
-	// Abandoned, if set, reports the actions abandoned by the engine that
-	// are still running in this process (idem.Engine.Abandoned). Once more
-	// than MaxAbandoned run, the process exits between invocations: after
-	// posting the answer of an invocation that leaves none in flight, Exit
-	// ends it (see Invoke). A zero MaxAbandoned or a nil Exit means no
-	// bound.
-	Abandoned    func() int
-	MaxAbandoned int
-	Exit         func()
 
-	once     sync.Once
-	inFlight atomic.Int64 // invocations in this process, for Exit
-	exiting  atomic.Bool
+	once sync.Once
 }
 
 // invocation is an event decoded in one pass: an SQS batch whole (each
@@ -176,22 +164,7 @@ type shape struct {
 // or an events.APIGatewayV2HTTPResponse. An error fails the invocation
 // (for SQS: the whole batch comes back), so it is kept for what cannot be
 // answered record by record.
-//
-// # Exiting between invocations
-//
-// Past the bound of abandoned actions (MaxAbandoned), the invocation that
-// leaves no other in flight in the process answers with its result
-// wrapped in an *ExitAfter: aws-lambda-go posts an io.Reader result as the
-// response as it is, and closes it once the Runtime API has accepted the
-// response, before asking for the next invocation; Close then calls Exit
-// if still no invocation is in flight. So the process ends between
-// invocations, never in the middle of one it serves: with one invocation
-// at a time, right after answering the one that crossed the bound; under
-// Managed Instances, when the count of invocations in flight falls to
-// zero (under a load that never lets it, the process keeps serving).
 func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result any, err error) {
-	r.inFlight.Add(1)
-	defer func() { result = r.settle(ctx, result, err) }() // runs last, after the recovery below
 	defer func() {
 		if p := recover(); p != nil {
 			r.logger().ErrorContext(ctx, "invocation panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -215,60 +188,6 @@ func (r *Router) Invoke(ctx context.Context, payload json.RawMessage) (result an
 	}
 	r.writeMetrics(ctx, source, &counts, start)
 	return result, nil
-}
-
-// settle ends an invocation: it wraps its answer in an *ExitAfter when the
-// process is past the bound of abandoned actions and this was the last
-// invocation in flight. An error answer is never wrapped (aws-lambda-go
-// posts it otherwise); the next answer decides.
-func (r *Router) settle(ctx context.Context, result any, err error) any {
-	idle := r.inFlight.Add(-1) == 0
-	if err != nil || !idle || !r.overBound() {
-		return result
-	}
-	b, merr := json.Marshal(result)
-	if merr != nil {
-		return result // aws-lambda-go reports the same failure
-	}
-	return &ExitAfter{r: r, ctx: ctx, body: bytes.NewReader(b)}
-}
-
-// overBound reports whether more abandoned actions run than the bound.
-func (r *Router) overBound() bool {
-	return r.Abandoned != nil && r.Exit != nil && r.MaxAbandoned > 0 && r.Abandoned() > r.MaxAbandoned
-}
-
-// ExitAfter is an invocation's answer after which the process exits: an
-// io.Reader of the answer's JSON that aws-lambda-go posts as the response
-// (it has no exported field, so its own JSON encoding is "{}", which is
-// what makes aws-lambda-go post the reader as it is), with ContentType's
-// type. aws-lambda-go closes it after the Runtime API accepted the
-// response; Close exits then, unless an invocation has started meanwhile
-// (its own answer decides again).
-type ExitAfter struct {
-	r    *Router
-	ctx  context.Context
-	body *bytes.Reader
-}
-
-// Read reads the answer's JSON.
-func (a *ExitAfter) Read(p []byte) (int, error) { return a.body.Read(p) }
-
-// ContentType is the answer's type, for aws-lambda-go.
-func (a *ExitAfter) ContentType() string { return "application/json" }
-
-// Close calls the router's Exit, once, if the process is still past the
-// bound with no invocation in flight. An invocation that a loop receives
-// in the instant between this check and the exit fails as a crash would:
-// nothing is acknowledged, the event comes back.
-func (a *ExitAfter) Close() error {
-	r := a.r
-	if r.inFlight.Load() == 0 && r.overBound() && r.exiting.CompareAndSwap(false, true) {
-		r.logger().WarnContext(a.ctx, "exiting between invocations: too many abandoned actions still running in this process",
-			"abandoned_running", r.Abandoned(), "max_abandoned", r.MaxAbandoned)
-		r.Exit()
-	}
-	return nil
 }
 
 // now reads the router's clock.
