@@ -47,8 +47,8 @@ type Options struct {
 	Random func() float64
 	// NewToken returns a fresh fencing token. Nil means 128 random bits in hex.
 	NewToken func() string
-	// Logger receives unknown errors, panics, lost leases and failed
-	// completion writes. Nil means slog.Default().
+	// Logger receives unknown errors, panics, lost leases, abandoned
+	// actions and failed completion writes. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
