@@ -3,10 +3,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
 // TestE2EExitsBetweenInvocationsPastTheAbandonedBound runs the e2efaults
@@ -77,4 +81,69 @@ func TestE2EExitsBetweenInvocationsPastTheAbandonedBound(t *testing.T) {
 	if pid := f.emu.RuntimePID(); pid == 0 || pid == first {
 		t.Errorf("after the exit the runtime is %d (was %d); want a fresh one", pid, first)
 	}
+}
+
+// TestE2EManagedExitsOnceNoInvocationIsInFlight: under the emulator's
+// managed-instances mode (eight invocations at once in one process), with
+// a bound of one abandoned action, two abandoned actions pass it while six
+// other invocations are in flight: the process goes on, and those six
+// answer whole; once none is in flight, it exits (and the emulator with
+// it, as that mode does).
+func TestE2EManagedExitsOnceNoInvocationIsInFlight(t *testing.T) {
+	down := fakewebhook.New()
+	hs := httptest.NewServer(down)
+	t.Cleanup(func() { down.Close(); hs.Close() })
+	m := startManaged(t, "mx", fnOptions{down: down, downURL: hs.URL + "/webhook", name: "oncely-mi-exit",
+		env: []string{"E2E_MAX_ABANDONED=1", "GORACE=atexit_sleep_ms=0"}})
+	pid := m.emu.RuntimePID()
+	ignored := make([]*call, 2)
+	ignoredDone := make(chan struct{})
+	go func() {
+		parallel(len(ignored), func(i int) {
+			ignored[i] = m.sqs([2]string{fmt.Sprintf("m-ign-%d", i), fmt.Sprintf(`{"id":"ignore-ctx-x%d","action":"notify","ignore_ms":30000}`, i)})
+		})
+		close(ignoredDone)
+	}()
+	// Six invocations held at the downstream, sent while the two run: in
+	// flight when those two are abandoned (about 7 s after they were sent)
+	// and well inside their own work deadline when released.
+	time.Sleep(3 * time.Second)
+	hold := make(chan struct{})
+	held := make([]*call, 6)
+	heldDone := make(chan struct{})
+	for i := range held {
+		down.Script(eventKey(fmt.Sprintf("exit-held-%d", i)), fakewebhook.Reply{Hold: hold})
+	}
+	go func() {
+		parallel(len(held), func(i int) {
+			held[i] = m.sqs([2]string{fmt.Sprintf("m-held-%d", i), eventBody(fmt.Sprintf("exit-held-%d", i))})
+		})
+		close(heldDone)
+	}()
+	<-ignoredDone
+	for i, c := range ignored {
+		if ids, err := c.failures(); err != nil || !slices.Equal(ids, []string{fmt.Sprintf("m-ign-%d", i)}) {
+			t.Errorf("an invocation whose action ignores its context: failures %v, %v; want its record back to the queue", ids, err)
+		}
+	}
+	n := 0
+	for i := range held {
+		n += down.Count(eventKey(fmt.Sprintf("exit-held-%d", i)))
+	}
+	if n != len(held) {
+		t.Fatalf("%d of the %d invocations meant to be in flight were held when the two were abandoned; the test proves nothing", n, len(held))
+	}
+	if got := m.emu.RuntimePID(); got != pid || strings.Contains(m.emu.Log(), "exiting between invocations") {
+		t.Fatalf("past the bound with six invocations in flight, the runtime is %d (was %d): it exited; want it serving", got, pid)
+	}
+	close(hold)
+	<-heldDone
+	for _, c := range held {
+		if ids, err := c.failures(); err != nil || len(ids) != 0 {
+			t.Errorf("an invocation in flight past the bound: failures %v, %v; want it answered whole", ids, err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the runtime did not exit once no invocation was in flight", func() bool {
+		return m.emu.RuntimePID() == 0 && strings.Contains(m.emu.Log(), "exiting between invocations")
+	})
 }
