@@ -313,7 +313,7 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 	for {
 		out.Calls++
 		result, effects, err := e.call(runCtx, rec.Key, fn)
-		if ab, ok := errors.AsType[*abandonment](err); ok {
+		if ab, ok := err.(*abandonment); ok { // call's own, unwrapped: an action can only hold one inside an *Error
 			return e.abandon(ctx, out, res, ab)
 		}
 		if err == nil {
