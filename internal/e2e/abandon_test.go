@@ -19,7 +19,8 @@ import (
 // whose action ignores its context is abandoned and the process goes on;
 // the second passes the bound, so its answer is posted whole and the
 // process exits right after it, between invocations; a fresh runtime
-// serves what comes next.
+// serves what comes next. (The e2efaults bootstrap is the race-built one
+// of the managed-instances test: as root only, as that test.)
 func TestE2EExitsBetweenInvocationsPastTheAbandonedBound(t *testing.T) {
 	f := startWith(t, fnOptions{timeout: 3, bootstrap: raceBootstrap(t), env: []string{"E2E_MAX_ABANDONED=1", "NOTIFY_TIMEOUT=2s", "GORACE=atexit_sleep_ms=0"}})
 	ignoring := func(id string) string { return `{"id":"` + id + `","action":"notify","ignore_ms":30000}` }
