@@ -13,7 +13,8 @@
 // configuration and the adapters' options (read-only after init); the
 // logger (slog's JSON handler writes each line with one Write, under its
 // lock, to stdout); the AWS SDK clients and their connection pools; the
-// DynamoDB store (no state of its own); the engine (one atomic counter);
+// DynamoDB store (no state of its own); the engine (its one atomic
+// counter, of the actions it abandoned that are still running);
 // the signing keys (secretsource.Source: reads may overlap, the newest
 // read's keys win, a failed or panicking refresh leaves the last good keys,
 // and each problem it counts is taken by one invocation's metrics);
@@ -35,7 +36,11 @@
 // after an invocation's deadline is refused by the Runtime API, which
 // aws-lambda-go treats as fatal (checked under the emulator). The time
 // budget (idem.Budget) keeps every answer before the deadline: Lambda does
-// not stop an invocation at its timeout there. internal/e2e's
+// not stop an invocation at its timeout there; an action that ignores its
+// context is abandoned by the engine at its work deadline, so that it
+// cannot hold an answer past it. Past maxAbandoned of those still running,
+// the process exits between invocations (exitGate says how) instead of
+// piling up goroutines. internal/e2e's
 // TestE2EManagedInstances checks all of this under the emulator's
 // managed-instances mode, with the race detector.
 package main
@@ -81,6 +86,22 @@ import (
 const (
 	initSecretTimeout = 5 * time.Second
 	initProbeTimeout  = 2 * time.Second
+)
+
+// maxAbandoned is the bound of abandoned actions still running in one
+// process past which it exits between invocations: twice the invocations
+// it serves at once, at least 4. An action abandoned now and then (a
+// library call that ignored its context once) stays under it and finishes
+// on its own; past it, actions outlive their invocations as a rule, and a
+// fresh process is cheaper than their goroutines, connections and memory.
+func maxAbandoned(concurrency int) int { return max(4, 2*concurrency) }
+
+// wrapAction and boundAbandoned, when a build-tagged file sets them
+// (faults.go, for the end-to-end tests only), wrap the action and replace
+// maxAbandoned. The deployed bootstrap never sets them.
+var (
+	wrapAction     func(action.Func) action.Func
+	boundAbandoned func() int
 )
 
 // wrapStore, when a build-tagged file sets it (faults.go, for the
@@ -204,7 +225,13 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := gateRuntimeAPI(engine, logger); err != nil {
+		return nil, err
+	}
 	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger, FirstInvoke: act.firstInvoke(engine.Budget(), logger)}
+	if wrapAction != nil {
+		act.do = wrapAction(act.do)
+	}
 	if r.SQS, r.HTTP, err = adapters(cfg, engine, store, act.do, webhooks, sqsClient, logger); err != nil {
 		return nil, err
 	}
@@ -217,6 +244,25 @@ func wire(ctx context.Context) (*router.Router, error) {
 		r.InboundSecret = sources
 	}
 	return r, nil
+}
+
+// gateRuntimeAPI puts the exit gate (exitgate.go) between aws-lambda-go
+// and the Runtime API, with the engine's count of abandoned actions and
+// the bound. Outside Lambda (no Runtime API) there is nothing to gate.
+func gateRuntimeAPI(engine *idem.Engine, logger *slog.Logger) error {
+	api := os.Getenv(envRuntimeAPI)
+	if api == "" {
+		return nil
+	}
+	bound := maxAbandoned(lambdacontext.MaxConcurrency())
+	if boundAbandoned != nil {
+		bound = boundAbandoned()
+	}
+	addr, err := startExitGate(api, &exitGate{abandoned: engine.Abandoned, bound: bound, logger: logger, exit: func() { os.Exit(0) }})
+	if err != nil {
+		return err
+	}
+	return os.Setenv(envRuntimeAPI, addr)
 }
 
 // newEngine builds the engine on the store (wrapped when a build-tagged

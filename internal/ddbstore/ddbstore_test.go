@@ -117,6 +117,15 @@ func TestConformanceMoto(t *testing.T) {
 	storetest.RunOperatorTests(t, operatorHarness(ep))
 }
 
+// TestAbandonedActionStaysFencedMinidyn: the late return of an action the
+// engine abandoned cannot overwrite the record of the delivery that took
+// the key over, with DynamoDB's conditional writes (RunAbandonTests).
+func TestAbandonedActionStaysFencedMinidyn(t *testing.T) {
+	_, ep := ddblocal.Minidyn(t)
+	store := newEnv(t, ep, nil).store
+	storetest.RunAbandonTests(t, func(*testing.T) idem.Store { return store })
+}
+
 // operatorHarness gives the operator suite one Admin (keys are unique).
 func operatorHarness(endpoint string) func(t *testing.T) storetest.OperatorStore {
 	var shared *ddbstore.Admin

@@ -309,7 +309,8 @@ func parallel(n int, fn func(i int)) {
 // API requests in parallel, with a signing-key rotation read during their
 // deliveries; duplicates of one event in eight concurrent invocations
 // running the action once; invocations reaching their deadlines while
-// others go on; a panic in one record's processing; a take-over while the
+// others go on; a panic in one record's processing; an action that ignores
+// its context, abandoned in time while seven other invocations run; a take-over while the
 // owner's invocation is still in flight in the same process. Then every
 // line the process wrote: one whole JSON object each, each record's line
 // carrying its own invocation's request id, and no race reported.
@@ -713,6 +714,70 @@ func TestE2EManagedInstances(t *testing.T) {
 		}
 		if ids, err := m.sqs([2]string{"after-panic-m1", eventBody("after-panic")}).failures(); err != nil || len(ids) != 0 {
 			t.Errorf("after the panics: failures %v, %v; want none", ids, err)
+		}
+	})
+
+	t.Run("an action that ignores its context while seven other invocations run", func(t *testing.T) {
+		// One record's action ignores its context for 12 s, past its
+		// invocation's 8 s deadline (cmd/handler/faults.go); seven workers
+		// keep the other slots busy with short invocations meanwhile. The
+		// engine abandons the action at its work deadline: the invocation
+		// answers in time, that record back to the queue and the one beside
+		// it acknowledged; every other invocation answers; the process
+		// survives (an answer after the deadline would have ended it).
+		const ignoreMS = 12000
+		ignored := fmt.Sprintf(`{"id":"ignore-ctx-1","action":"notify","ignore_ms":%d}`, ignoreMS)
+		stop := make(chan struct{})
+		var quick atomic.Int64
+		var wg sync.WaitGroup
+		for w := range managedSlots - 1 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := fmt.Sprintf("ign-quick-%d-%d", w, i)
+					if ids, err := m.sqs([2]string{"m-" + id, eventBody(id)}).failures(); err != nil || len(ids) != 0 {
+						t.Errorf("a short invocation beside the abandoned action: failures %v, %v; want none", ids, err)
+						return // one is enough: a dead process fails every invocation
+					}
+					quick.Add(1)
+				}
+			})
+		}
+		before := quick.Load()
+		c := m.sqs([2]string{"ignore-m1", ignored}, [2]string{"ignore-m2", eventBody("beside-ignore-1")})
+		during := quick.Load() - before
+		if ids, err := c.failures(); err != nil || !slices.Equal(ids, []string{"ignore-m1"}) {
+			t.Errorf("the invocation whose action ignores its context: failures %v, %v; want only that record back to the queue, answered before the deadline", ids, err)
+		}
+		if took := c.answered.Sub(c.sent); took >= managedTimeout*time.Second {
+			t.Errorf("the invocation whose action ignores its context answered after %v; want before its %d s deadline", took, managedTimeout)
+		}
+		if line := m.lineOf(c.id, "ignore-m1"); line["outcome"] != "abandoned" {
+			t.Errorf("the abandoned record's line %v; want outcome abandoned", line)
+		}
+		// The abandoned action goes on to its end: its late delivery is
+		// recorded under its own token (nothing took the key over).
+		waitFor(t, 60*time.Second, "the abandoned action's late completion was never recorded", func() bool {
+			return s(m.record(eventKey("ignore-ctx-1")), "status") == "SUCCEEDED"
+		})
+		close(stop)
+		wg.Wait()
+		if during < managedSlots-1 {
+			t.Errorf("%d short invocations answered while the abandoned one ran; want at least %d (the other slots went on)", during, managedSlots-1)
+		}
+		if got := m.emu.RuntimePID(); got != pid {
+			t.Fatalf("the runtime process is %d, was %d: the abandoned action ended it", got, pid)
+		}
+		// Redelivered, the message replays the late result.
+		if ids, err := m.sqs([2]string{"ignore-m1", ignored}).failures(); err != nil || len(ids) != 0 {
+			t.Errorf("the redelivery after the late completion: failures %v, %v; want it replayed", ids, err)
+		}
+		if n := down.Count(eventKey("ignore-ctx-1")); n != 1 {
+			t.Errorf("%d deliveries of the abandoned event; want 1 (the late one)", n)
 		}
 	})
 

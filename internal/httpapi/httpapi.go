@@ -441,7 +441,7 @@ func status(out idem.Outcome) int {
 	case code == idem.CodeStoreMisconfigured:
 		return 500
 	default:
-		// TRANSIENT_FAILURE, DEADLINE, LEASE_LOST, STORE_UNAVAILABLE: nothing
+		// TRANSIENT_FAILURE, DEADLINE, ABANDONED, LEASE_LOST, STORE_UNAVAILABLE: nothing
 		// final is stored and the key is free again (or soon): retry with
 		// the same key after Retry-After.
 		return 503
@@ -469,6 +469,8 @@ func detail(out idem.Outcome) string {
 		return "too little time was left to start; retry later with the same key"
 	case idem.CodeTransientFailure:
 		return "the action failed for now and nothing was kept; retry later with the same key"
+	case idem.CodeAbandoned:
+		return "the action did not finish in time; retry later with the same key"
 	}
 	return out.Err.Message
 }

@@ -25,6 +25,7 @@ const (
 //	store deadline = D − RespondReserve        every store call, SDK retries included, ends by then
 //	work deadline  = min(L, store deadline) − StoreReserve    the action's ctx ends, no retry sleeps past it
 //	start rule     = work deadline − now ≥ MinWork            otherwise the record is not started (DEADLINE)
+//	abandon        = end of the action's ctx + StoreReserve/4  an action still running then is abandoned (ABANDONED)
 //
 // so that the function always answers with per-record outcomes instead of
 // timing out. Each zero field means its default.
@@ -46,6 +47,13 @@ func orDefault(d, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// AbandonGrace is how long the engine still waits for an action once its
+// context has ended (at the work deadline) before abandoning it: a quarter
+// of the store reserve, so that an action that returns within it still has
+// the rest of the reserve for its completion write, and one that never
+// returns leaves the invocation its whole respond reserve to answer.
+func (b Budget) AbandonGrace() time.Duration { return b.storeReserve() / 4 }
 
 // Reserve is the time kept back at the end of an invocation: the store
 // reserve plus the respond reserve.

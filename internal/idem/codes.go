@@ -45,6 +45,12 @@ const (
 	// CodeDeadline: too little of the invocation is left for a useful
 	// attempt (see [Budget]). Nothing ran. Retryable.
 	CodeDeadline Code = "DEADLINE"
+	// CodeAbandoned: the action did not return by its work deadline (it
+	// ignored its context), and the invocation stopped waiting for it
+	// ([Budget.AbandonGrace]). Nothing is written for it: the record stays
+	// IN_PROGRESS until its lease ends, and the action's late return is
+	// recorded only under its own token (see [Engine.Abandoned]). Retryable.
+	CodeAbandoned Code = "ABANDONED"
 	// CodeEffectConditionFailed: one of the action's own writes (Effects)
 	// failed its condition; nothing was applied. A permanent business
 	// failure, stored and replayed.
@@ -150,7 +156,7 @@ func Sentence(code Code) string {
 var Codes = []Code{
 	CodeInvalidKey, CodeInvalidPayload, CodeKeyReused, CodeInProgress, CodePermanentFailure, CodeRetryExhausted,
 	CodeTransientFailure, CodeLeaseLost, CodePanic, CodeResultTooLarge, CodeStoreUnavailable, CodeStoreMisconfigured,
-	CodeDeadline, CodeEffectConditionFailed, CodeInvalidEffects, CodeReleased, CodeOutcomeUnknown,
+	CodeDeadline, CodeAbandoned, CodeEffectConditionFailed, CodeInvalidEffects, CodeReleased, CodeOutcomeUnknown,
 	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeFIFOGroupStopped, CodeCorruptRecord,
 	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeNoIdentity,
 	CodeUnknownSource, CodeSignatureMissing, CodeSignatureMalformed, CodeSignatureMismatch, CodeTimestampOutsideTolerance,

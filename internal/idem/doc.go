@@ -31,7 +31,10 @@
 //     over (lease ended, or released) by compare-and-swap.
 //  3. The owner runs the action, retrying transient failures in-call with
 //     capped exponential backoff ([RetryPolicy]), within its attempts per
-//     delivery and the work deadline.
+//     delivery and the work deadline. An action that ignores its context
+//     past the work deadline (plus [Budget.AbandonGrace]) is abandoned:
+//     the call returns ABANDONED, retryable, writing nothing, and the
+//     action's late return is written only under its own token.
 //  4. The outcome is written fenced by the token: a success or a permanent
 //     failure is stored and will be replayed; a transient failure releases
 //     the key (FAILED, retryable) for the next delivery, unless an optional

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -46,8 +47,8 @@ type Options struct {
 	Random func() float64
 	// NewToken returns a fresh fencing token. Nil means 128 random bits in hex.
 	NewToken func() string
-	// Logger receives unknown errors, panics, lost leases and failed
-	// completion writes. Nil means slog.Default().
+	// Logger receives unknown errors, panics, lost leases, abandoned
+	// actions and failed completion writes. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -55,7 +56,18 @@ type Options struct {
 // docs/guarantees.md). It is safe for concurrent use.
 type Engine struct {
 	o Options
+	// abandoned counts the actions this engine stopped waiting for whose
+	// goroutine has not returned yet (see Abandoned). It is the engine's
+	// one piece of shared mutable state.
+	abandoned atomic.Int64
 }
+
+// Abandoned returns how many actions the engine abandoned (it stopped
+// waiting for them at their work deadline plus Budget.AbandonGrace,
+// because they ignored their context) that are still running in this
+// process. The wiring lets the process exit between invocations once it
+// passes a bound, instead of piling up goroutines.
+func (e *Engine) Abandoned() int { return int(e.abandoned.Load()) }
 
 // New returns an Engine, or an error naming the missing option.
 func New(o Options) (*Engine, error) {
@@ -301,6 +313,9 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 	for {
 		out.Calls++
 		result, effects, err := e.call(runCtx, rec.Key, fn)
+		if ab, ok := err.(*abandonment); ok { // call's own, unwrapped: an action can only hold one inside an *Error
+			return e.abandon(ctx, out, res, ab)
+		}
 		if err == nil {
 			return e.complete(sctx, out, res, result, effects)
 		}
@@ -360,15 +375,100 @@ func (e *Engine) release(ctx context.Context, out Outcome, res Reservation, err 
 	return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), RetryAfter: retryAfter, Err: err}, true)
 }
 
-// call runs fn, turning a panic into a permanent PANIC error.
-func (e *Engine) call(ctx context.Context, key string, fn Work) (result []byte, effects Effects, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			e.o.Logger.ErrorContext(ctx, "action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			result, effects, err = nil, nil, PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))
-		}
+// attempt is what one execution of the action returned.
+type attempt struct {
+	result  []byte
+	effects Effects
+	err     error
+}
+
+// abandonment is call's answer when the action did not return in time: its
+// execution goes on, and done receives what it returns.
+type abandonment struct {
+	waited time.Duration // since the action's context ended
+	done   <-chan attempt
+}
+
+func (a *abandonment) Error() string {
+	return fmt.Sprintf("the action did not return within %v of its context's end", a.waited.Round(time.Millisecond))
+}
+
+// call runs fn on a goroutine of its own, turning a panic into a permanent
+// PANIC error, and waits for it until ctx (the action's, which ends at the
+// work deadline) is done and then Budget.AbandonGrace more. An action that
+// ignores its context is then abandoned: call returns an *abandonment, and
+// the invocation answers in time instead of being held past its deadline
+// (under Managed Instances a late answer ends the whole process).
+func (e *Engine) call(ctx context.Context, key string, fn Work) ([]byte, Effects, error) {
+	done := make(chan attempt, 1) // buffered: an abandoned action never blocks on it
+	go func() {
+		var a attempt
+		defer func() {
+			if r := recover(); r != nil {
+				e.o.Logger.ErrorContext(ctx, "action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				a = attempt{err: PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))}
+			}
+			done <- a
+		}()
+		a.result, a.effects, a.err = fn(ctx)
 	}()
-	return fn(ctx)
+	select {
+	case a := <-done:
+		return a.result, a.effects, a.err
+	case <-ctx.Done():
+	}
+	// A real timer, not Options.Sleep: the context's end is real time too.
+	grace := time.NewTimer(e.o.Budget.AbandonGrace())
+	defer grace.Stop()
+	select {
+	case a := <-done:
+		return a.result, a.effects, a.err
+	case <-grace.C:
+		return nil, nil, &abandonment{waited: e.o.Budget.AbandonGrace(), done: done}
+	}
+}
+
+// abandon ends the call of an action that did not return in time. It
+// writes nothing: the record stays IN_PROGRESS under this call's token
+// until its lease ends, so no write of this invocation can race the
+// action's late completion, and a duplicate meanwhile sees IN_PROGRESS.
+// The outcome is retryable and not stored (the message goes back to its
+// queue; the API answers 503 with Retry-After at the lease's end).
+func (e *Engine) abandon(ctx context.Context, out Outcome, res Reservation, ab *abandonment) Outcome {
+	running := e.abandoned.Add(1)
+	e.o.Logger.WarnContext(ctx, "action abandoned: it ignored its context past the work deadline; the invocation answers without it",
+		"key", out.Key, "attempts", out.Attempts, "lease_until", res.LeaseUntil, "abandoned_running", running)
+	// The invocation's context is cancelled once it has answered; the late
+	// completion keeps its values (the request id of the log lines).
+	go e.late(context.WithoutCancel(ctx), out, res, ab.done)
+	out.Status, out.Result, out.Stored = StatusInProgress, nil, false
+	out.Err = &Error{Code: CodeAbandoned, Message: ab.Error(), Retryable: true, RetryAfter: max(res.LeaseUntil.Sub(e.o.Now()), 0), Err: ab}
+	return out
+}
+
+// late waits for an abandoned action and records what it returned, fenced
+// by the abandoned call's token like any completion: the Store writes only
+// while that token is still the record's (nobody took the key over), and
+// otherwise the result is discarded (LEASE_LOST, logged). It never retries
+// the action.
+func (e *Engine) late(ctx context.Context, out Outcome, res Reservation, done <-chan attempt) {
+	a := <-done
+	// Counted until its write is over: a process that exits at the bound
+	// does not cut a late completion short.
+	defer e.abandoned.Add(-1)
+	wctx, cancel := context.WithTimeout(ctx, e.o.Budget.storeReserve())
+	defer cancel()
+	switch class := Classify(a.err); {
+	case a.err == nil:
+		out = e.complete(wctx, out, res, a.result, a.effects)
+	case class == ClassTransient:
+		out = e.release(wctx, out, res, a.err, 0)
+	case class == ClassOutcomeUnknown:
+		out = e.fail(wctx, out, res, &Error{Code: codeOf(a.err, CodeOutcomeUnknown), Message: a.err.Error(), Err: a.err}, false)
+	default: // permanent, or unmarked (permanent by the engine's rule)
+		out = e.fail(wctx, out, res, &Error{Code: codeOf(a.err, CodePermanentFailure), Message: a.err.Error(), Err: a.err}, false)
+	}
+	e.o.Logger.InfoContext(ctx, "abandoned action returned", "key", out.Key, "outcome", string(out.Label()), "stored", out.Stored)
 }
 
 func (e *Engine) finish(res Reservation, attempts int) Finish {

@@ -38,6 +38,10 @@ const (
 	// with the table and the store's error code. Nothing is stored. Back to
 	// the queue, where it fails again until the configuration is fixed.
 	LabelStoreRefused Label = "store_refused"
+	// LabelAbandoned: the action ignored its context past the work
+	// deadline and the invocation answered without it; it may still be
+	// running. Nothing is stored. Back to the queue, once its lease ends.
+	LabelAbandoned Label = "abandoned"
 	// LabelSkipped: not started (too little time left, or an earlier record
 	// of its FIFO group failed). Back to the queue.
 	LabelSkipped Label = "skipped"
@@ -47,6 +51,7 @@ const (
 var Labels = []Label{
 	LabelExecuted, LabelReplayed, LabelPermanent, LabelRetryExhausted, LabelPoison,
 	LabelInProgress, LabelTransient, LabelLeaseLost, LabelStoreError, LabelStoreRefused, LabelSkipped,
+	LabelAbandoned,
 }
 
 // Acknowledged reports whether a message with this label may be deleted
@@ -85,6 +90,8 @@ func (o Outcome) Label() Label {
 		return LabelStoreRefused
 	case CodeDeadline:
 		return LabelSkipped
+	case CodeAbandoned:
+		return LabelAbandoned
 	case CodeKeyReused, CodeInvalidKey, CodeInvalidPayload:
 		// Refused before anything ran. The SQS adapter stores a poison note
 		// for these; the API adapter answers 4xx.

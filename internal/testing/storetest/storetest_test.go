@@ -511,3 +511,10 @@ func (s ignoresUnknownOutcomes) Forget(ctx context.Context, prev idem.Record, f 
 	f.RerunSucceeded = f.RerunSucceeded || prev.ErrorCode == idem.CodeOutcomeUnknown
 	return s.Store.Forget(ctx, prev, f)
 }
+
+// TestAbandonedActionStaysFencedOnMemstore: the late return of an action
+// the engine abandoned cannot overwrite the record of the delivery that
+// took the key over (RunAbandonTests, on the reference store).
+func TestAbandonedActionStaysFencedOnMemstore(t *testing.T) {
+	storetest.RunAbandonTests(t, func(*testing.T) idem.Store { return memstore.New() })
+}

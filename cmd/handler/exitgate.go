@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+)
+
+// envRuntimeAPI is where Lambda serves its Runtime API; aws-lambda-go
+// reads it in lambda.Start.
+const envRuntimeAPI = "AWS_LAMBDA_RUNTIME_API"
+
+// exitGate passes aws-lambda-go's calls to the Runtime API through, in
+// this process, to end the process between invocations once too many
+// abandoned actions still run in it (idem.Engine.Abandoned past
+// maxAbandoned), instead of piling up their goroutines.
+//
+// Between invocations has one precise meaning here. An invocation is not
+// over when its response is posted: Lambda completes it when the runtime
+// asks for its next one (GET …/invocation/next; the emulator answers the
+// caller only then). So the gate exits right after a next request is
+// written to Lambda, when every invocation Lambda handed out through it
+// has been answered (the response or error was accepted): that last
+// request goes on a connection of its own, written unbuffered, so that
+// Lambda has it whole before the process ends. With one
+// invocation at a time that is right after answering the one that passed
+// the bound; under Managed Instances, when the invocations in flight fall
+// to zero, whichever loop then asks for its next (under a load that never
+// lets them, the process keeps serving). An invocation Lambda hands to
+// another loop in the instant of the exit fails as a crash would: nothing
+// is acknowledged, and the event comes back.
+type exitGate struct {
+	abandoned func() int
+	bound     int
+	logger    *slog.Logger
+	exit      func()
+	api       string // Lambda's Runtime API, host:port
+	base      http.RoundTripper
+	// handed counts invocations handed out and not answered yet.
+	handed  atomic.Int64
+	exiting atomic.Bool
+}
+
+// startExitGate serves the gate on a port of the loopback interface, in
+// front of the Runtime API at api (host:port), and returns its address,
+// for aws-lambda-go.
+func startExitGate(api string, g *exitGate) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("runtime API gate: %w", err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: api})
+	rp.FlushInterval = -1 // responses (streamed ones too) pass at once
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // the Runtime API is never reached through a proxy
+	g.base, g.api = t, api
+	rp.Transport = g
+	rp.ErrorLog = slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn)
+	go func() { _ = http.Serve(ln, rp) }()
+	return ln.Addr().String(), nil
+}
+
+// RoundTrip passes one Runtime API call, counting invocations handed out
+// and answered; past the bound, a next request with none in flight is
+// the process's last call.
+func (g *exitGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	path := req.URL.Path
+	next := req.Method == http.MethodGet && strings.HasSuffix(path, "/runtime/invocation/next")
+	answer := req.Method == http.MethodPost && strings.Contains(path, "/runtime/invocation/") &&
+		(strings.HasSuffix(path, "/response") || strings.HasSuffix(path, "/error"))
+	if next && g.over() {
+		g.last(req)
+	}
+	resp, err := g.base.RoundTrip(req)
+	switch {
+	case err != nil:
+	case next && resp.StatusCode == http.StatusOK:
+		g.handed.Add(1)
+	case answer && resp.StatusCode == http.StatusAccepted:
+		g.handed.Add(-1)
+	}
+	return resp, err
+}
+
+// over reports whether the process should end now: every invocation
+// handed out is answered, and more abandoned actions run than the bound.
+func (g *exitGate) over() bool {
+	return g.bound > 0 && g.handed.Load() == 0 && g.abandoned() > g.bound
+}
+
+// last sends req, a next request, on a connection of its own, unbuffered:
+// once Write returns, the kernel has it and delivers it after the process
+// is gone, and Lambda completes the invocation the loop answered. Then
+// the process exits (once). If the connection fails, the call goes on as
+// usual and a later one tries again.
+func (g *exitGate) last(req *http.Request) {
+	if !g.exiting.CompareAndSwap(false, true) {
+		return
+	}
+	conn, err := net.Dial("tcp", g.api)
+	if err == nil {
+		_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\n\r\n", req.URL.RequestURI(), g.api, req.UserAgent())
+	}
+	if err != nil {
+		g.logger.Warn("could not end the process between invocations; it goes on", "error", err.Error())
+		g.exiting.Store(false)
+		return
+	}
+	g.logger.Warn("exiting between invocations: too many abandoned actions still running in this process",
+		"abandoned_running", g.abandoned(), "max_abandoned", g.bound)
+	g.exit()
+}
