@@ -199,8 +199,8 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	}
 	// It says how long the read ran and when the next comes: a "deadline
 	// exceeded" alone does not say whose deadline ended it.
-	if !regexp.MustCompile(`took_ms=\d+ retry_in=30s`).MatchString(log.String()) {
-		t.Errorf("log %q; want took_ms and retry_in=30s", log.String())
+	if !regexp.MustCompile(`took_ms=\d+ retry_in=1s`).MatchString(log.String()) {
+		t.Errorf("log %q; want took_ms and retry_in=1s (a failed read is tried again within seconds)", log.String())
 	}
 	if got := src.TakeCounts(); got != (secretsource.Counts{}) {
 		t.Errorf("counts taken twice: %+v; want zero the second time", got)
@@ -227,9 +227,10 @@ func (h *hangingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetS
 	return nil, ctx.Err()
 }
 
-// A hanging Secrets Manager never holds deliveries: one caller re-reads
-// (with a short timeout of its own), the others go on with the keys they
-// have, and a failed re-read is not tried again on every delivery.
+// A hanging Secrets Manager never stops deliveries: the callers share one
+// re-read (its three stages at once), which gives up after its own
+// timeout; every caller then goes on with the keys it has, and the failed
+// re-read is not tried again on every delivery, but after a backoff.
 func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 	api := &hangingAPI{value: newSecretValue()}
 	api.answers.Store(3) // Reload: AWSCURRENT, AWSPENDING and AWSPREVIOUS
@@ -255,11 +256,11 @@ func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 			t.Errorf("Keys during a hang: %v; want the keys already read", err)
 		}
 	}
-	if n := api.calls.Load(); n != 4 {
-		t.Errorf("%d GetSecretValue calls; want 4 (Reload's three, then one re-read for all callers)", n)
+	if n := api.calls.Load(); n != 6 {
+		t.Errorf("%d GetSecretValue calls; want 6 (Reload's three, then one re-read of three for all callers)", n)
 	}
-	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 4 {
-		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call for 30 s", err, api.calls.Load())
+	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 6 {
+		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call before the backoff", err, api.calls.Load())
 	}
 }
 
@@ -295,12 +296,12 @@ func (r *rotatingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.Get
 	return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(v)}, nil
 }
 
-// Two reads overlap (under Lambda Managed Instances, two invocations of one
-// process): the one that began first read the secret before a rotation and
-// finishes last. Its old key must not replace the new one the later read
-// stored, or every delivery is signed with the retired key until the next
-// refresh.
-func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
+// A Reload asked while a read is in flight (under Lambda Managed
+// Instances, two invocations of one process) that began before a rotation
+// must not be answered by that read: it waits for it, then reads again,
+// and the keys held at the end are the rotated ones, never the older
+// read's, which finished later than the rotation.
+func TestAReloadDuringAnOlderReadReadsAgain(t *testing.T) {
 	before, after := newSecretValue(), newSecretValue()
 	api := &rotatingAPI{value: before, entered: make(chan struct{}), hold: make(chan struct{})}
 	src := secretsource.New(api, "webhook", time.Hour, nil)
@@ -317,16 +318,24 @@ func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
 	}()
 	<-api.entered // the slow read has the old value
 	api.set(after)
-	if changed, err := src.Reload(context.Background()); err != nil || !changed {
-		t.Fatalf("the later read: changed %v, %v; want the new key", changed, err)
-	}
+	later := make(chan error)
+	go func() {
+		changed, err := src.Reload(context.Background())
+		if err == nil && !changed {
+			err = fmt.Errorf("the later Reload reported no change")
+		}
+		later <- err
+	}()
 	close(api.hold)
 	if err := <-slow; err != nil {
 		t.Fatal(err)
 	}
+	if err := <-later; err != nil {
+		t.Fatalf("the later Reload: %v; want the new key", err)
+	}
 	keys, err := src.Keys(context.Background())
 	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
-		t.Fatalf("keys after both reads: %d keys, %v; want only the new one (the older read finished last)", len(keys), err)
+		t.Fatalf("keys after both reads: %d keys, %v; want only the new one", len(keys), err)
 	}
 }
 
@@ -393,5 +402,72 @@ func TestDocumentLoadFailures(t *testing.T) {
 	}
 	if _, err := doc.Get(ctx); err == nil {
 		t.Error("Get after a failed Load: want the read's error, not a zero value")
+	}
+}
+
+// slowAPI serves one AWSCURRENT value (no other stage), which the test
+// rotates; its calls take delay, and it records whether a call was cut
+// short by its context.
+type slowAPI struct {
+	mu    sync.Mutex
+	value string
+	delay time.Duration
+	cut   atomic.Int64
+	done  chan struct{} // gets one value per AWSCURRENT call that answered
+}
+
+func (s *slowAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	if aws.ToString(in.VersionStage) != secretsource.StageCurrent {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
+	}
+	s.mu.Lock()
+	v, delay := s.value, s.delay
+	s.mu.Unlock()
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+		s.cut.Add(1)
+		return nil, ctx.Err()
+	}
+	s.done <- struct{}{}
+	return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(v)}, nil
+}
+
+// A refresh started by an invocation with 300 ms left runs with its own
+// timeout, not that invocation's remaining time: it completes (Secrets
+// Manager answering in 800 ms) and its keys are used by the next caller,
+// instead of failing at the invocation's deadline and pinning the old keys
+// for the whole process.
+func TestARefreshOutlivesTheInvocationThatStartedIt(t *testing.T) {
+	before, after := newSecretValue(), newSecretValue()
+	api := &slowAPI{value: before, done: make(chan struct{}, 4)}
+	src := secretsource.New(api, "webhook", 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-api.done
+	api.mu.Lock()
+	api.value, api.delay = after, 800*time.Millisecond
+	api.mu.Unlock()
+	time.Sleep(60 * time.Millisecond) // the keys are now stale
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if keys, err := src.Keys(ctx); err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != before {
+		t.Fatalf("keys for the invocation with 300 ms left: %d, %v; want the keys held (the refresh is not done)", len(keys), err)
+	}
+	select {
+	case <-api.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the refresh never answered (%d calls cut short by their context)", api.cut.Load())
+	}
+	if n := api.cut.Load(); n != 0 {
+		t.Fatalf("%d calls cut short; want the refresh to run with its own timeout", n)
+	}
+	api.mu.Lock()
+	api.delay = 0
+	api.mu.Unlock()
+	keys, err := src.Keys(context.Background())
+	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
+		t.Fatalf("keys after the refresh: %d, %v; want the refreshed one", len(keys), err)
 	}
 }
