@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/secretsource"
@@ -469,5 +470,124 @@ func TestARefreshOutlivesTheInvocationThatStartedIt(t *testing.T) {
 	keys, err := src.Keys(context.Background())
 	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
 		t.Fatalf("keys after the refresh: %d, %v; want the refreshed one", len(keys), err)
+	}
+}
+
+// stagedAPI answers each stage from its map: a string, binary data
+// (bin), or no such version; while down it fails every call as a
+// brownout does (HTTP 503), counting the calls.
+type stagedAPI struct {
+	mu     sync.Mutex
+	values map[string]string
+	bin    map[string]bool
+	down   bool
+	calls  atomic.Int64
+	hold   chan struct{} // if set, calls wait for it
+}
+
+func (s *stagedAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	s.calls.Add(1)
+	if s.hold != nil {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stage := aws.ToString(in.VersionStage)
+	switch {
+	case s.down:
+		return nil, &smithy.GenericAPIError{Code: "ServiceUnavailable", Message: "injected", Fault: smithy.FaultServer}
+	case s.bin[stage]:
+		return &secretsmanager.GetSecretValueOutput{SecretBinary: []byte{0, 1, 2}}, nil
+	case s.values[stage] != "":
+		return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(s.values[stage])}, nil
+	}
+	return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
+}
+
+// A binary AWSPENDING or AWSPREVIOUS version is not a key: it is ignored
+// with a warning, like any invalid version, never an init failure. A
+// binary AWSCURRENT still is one.
+func TestABinaryPendingVersionIsIgnored(t *testing.T) {
+	current := newSecretValue()
+	api := &stagedAPI{values: map[string]string{secretsource.StageCurrent: current}, bin: map[string]bool{secretsource.StagePending: true, secretsource.StagePrevious: true}}
+	var log bytes.Buffer
+	src := secretsource.New(api, "webhook", time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatalf("Reload with binary pending and previous versions: %v; want no error", err)
+	}
+	if keys, err := src.Keys(context.Background()); err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
+		t.Fatalf("keys %d, %v; want the current one only", len(keys), err)
+	}
+	if got := src.TakeCounts(); got.Ignored != 2 || !strings.Contains(log.String(), "stage=AWSPENDING") || !strings.Contains(log.String(), "stage=AWSPREVIOUS") {
+		t.Errorf("counts %+v, log %q; want both versions ignored, with a warning each", got, log.String())
+	}
+	api.mu.Lock()
+	api.bin[secretsource.StageCurrent] = true
+	api.mu.Unlock()
+	if _, err := secretsource.New(api, "webhook", time.Hour, nil).Reload(context.Background()); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "binary") {
+		t.Errorf("a binary AWSCURRENT: %v; want a permanent error", err)
+	}
+}
+
+// Secrets Manager down at the cold start: the first read fails transient
+// (the init goes on), and so does every Keys until a read succeeds, each
+// error transient (the delivery goes back), never permanent. Concurrent
+// callers share one read; once Secrets Manager is back, the keys come.
+func TestKeysUnreadAtInitAreTransientUntilARead(t *testing.T) {
+	current := newSecretValue()
+	api := &stagedAPI{values: map[string]string{secretsource.StageCurrent: current}, down: true}
+	src := secretsource.New(api, "webhook", time.Hour, slog.New(slog.DiscardHandler))
+	if _, err := src.Reload(context.Background()); idem.Classify(err) != idem.ClassTransient {
+		t.Fatalf("Reload while Secrets Manager is down: %v (%v); want transient", err, idem.Classify(err))
+	}
+	if _, err := src.Keys(context.Background()); err == nil || idem.Classify(err) != idem.ClassTransient {
+		t.Fatalf("Keys before any read: %v (%v); want transient", err, idem.Classify(err))
+	}
+	api.mu.Lock()
+	api.down = false
+	api.mu.Unlock()
+	// Wait out the failed reads' backoff (at most 8 s) without reading in
+	// a tight loop: each Keys inside it answers at once, from the backoff.
+	var keys [][]byte
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if keys, err = src.Keys(context.Background()); err == nil {
+			break
+		}
+		if idem.Classify(err) != idem.ClassTransient {
+			t.Fatalf("Keys before the keys are read: %v; want transient", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no keys 30 s after Secrets Manager came back: %v", err)
+		}
+	}
+	if len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
+		t.Fatalf("keys %d; want the current one", len(keys))
+	}
+
+	// Concurrent first callers share one read (three stages).
+	api2 := &stagedAPI{values: map[string]string{secretsource.StageCurrent: current}, hold: make(chan struct{})}
+	src2 := secretsource.New(api2, "webhook", time.Hour, slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = src2.Keys(context.Background()) })
+	}
+	for api2.calls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	close(api2.hold)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v; want the keys", i, err)
+		}
+	}
+	if n := api2.calls.Load(); n != 3 {
+		t.Errorf("%d GetSecretValue calls for 8 first callers; want 3 (one read)", n)
 	}
 }
