@@ -14,9 +14,11 @@
 // logger (slog's JSON handler writes each line with one Write, under its
 // lock, to stdout); the AWS SDK clients and their connection pools; the
 // DynamoDB store (no state of its own); the engine (one atomic counter);
-// the signing keys (secretsource.Source: reads may overlap, the newest
-// read's keys win, a failed or panicking refresh leaves the last good keys,
-// and each problem it counts is taken by one invocation's metrics);
+// the signing keys and the other secrets (secretsource: one read at a
+// time, shared by every invocation that wants it and run with its own
+// timeout, the newest read's keys win, a failed or panicking read leaves
+// the last good value, and each problem it counts is taken by one
+// invocation's metrics); the notifier made once the URL's secret is read;
 // the notifier and its HTTP client; the router (its metrics writer gets one
 // Write per EMF document, which an *os.File keeps whole; FirstInvoke runs
 // once, the first invocations waiting for it).
