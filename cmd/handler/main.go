@@ -291,7 +291,7 @@ func newAction(cfg config.Config, sm secretsource.API, logger *slog.Logger) (wir
 	} else {
 		a.url = &lazyURL{doc: downstreamURLSecret(sm, cfg), secret: cfg.DownstreamURLSecret, template: a.notifier, logger: logger}
 		a.do = a.url.Do
-		a.reads = append(a.reads, initRead{env: config.EnvDownstreamURLSecret, secret: cfg.DownstreamURLSecret, read: a.url.doc.Load})
+		a.reads = append(a.reads, initRead{env: config.EnvDownstreamURLSecret, secret: cfg.DownstreamURLSecret, read: a.url.doc.Load, loaded: a.url.loaded})
 	}
 	if cfg.Signing.Off {
 		return a, nil
@@ -337,15 +337,28 @@ func (l *lazyURL) Do(ctx context.Context, ev action.Event) (action.Result, error
 		if err != nil {
 			return action.Result{}, idem.Transient(fmt.Errorf("notify: the downstream URL's secret is not read yet: %w", err))
 		}
-		// A copy of every setting, the HTTP client (and its pool) shared.
-		made := *l.template
-		made.URL = u
-		if l.n.CompareAndSwap(nil, &made) {
-			warnPlainHTTP(ctx, u, l.logger)
-		}
-		n = l.n.Load()
+		n = l.notifier(ctx, u)
 	}
 	return n.Do(ctx, ev)
+}
+
+// loaded makes the notifier when the URL was read at init (its plain-http
+// warning is then an init line, as for DOWNSTREAM_URL).
+func (l *lazyURL) loaded(ctx context.Context) {
+	if u, err := l.doc.Get(ctx); err == nil {
+		l.notifier(ctx, u)
+	}
+}
+
+// notifier returns the notifier for u, making it if none was.
+func (l *lazyURL) notifier(ctx context.Context, u string) *notify.Notifier {
+	// A copy of every setting, the HTTP client (and its pool) shared.
+	made := *l.template
+	made.URL = u
+	if l.n.CompareAndSwap(nil, &made) {
+		warnPlainHTTP(ctx, u, l.logger)
+	}
+	return l.n.Load()
 }
 
 // firstInvoke is the router's FirstInvoke: Lambda does not show the
