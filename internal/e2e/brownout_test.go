@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -178,4 +179,59 @@ func TestE2EMissingSecretStillFailsInitWithOneLine(t *testing.T) {
 	if f.down.Total() != 0 {
 		t.Errorf("a misconfigured function delivered")
 	}
+}
+
+// A re-read of the signing keys that fails (Secrets Manager answering 503
+// during one delivery) right after a rotation: that delivery
+// goes out with the keys read before, as documented, but the next read is
+// tried within seconds, not after 30 s, so a delivery 3 s later carries
+// the new key.
+func TestE2EAFailedKeyRefreshIsRetriedWithinSeconds(t *testing.T) {
+	requireE2E(t)
+	var fail atomic.Bool // every GetSecretValue fails while set
+	p := &faults.Proxy{Target: os.Getenv(ddblocal.EnvMoto), Replies: ddblocal.Replies,
+		Describe: func(req *http.Request, _ []byte) (string, string) { return req.Header.Get("X-Amz-Target"), "" },
+		Decide: func(op, _ string) faults.Decision {
+			if op == "secretsmanager.GetSecretValue" && fail.Load() {
+				return faults.Decision{Kind: faults.Unavailable}
+			}
+			return faults.Decision{}
+		}}
+	proxy, err := p.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	f := startWith(t, fnOptions{timeout: 10, secrets: proxy, env: []string{"WEBHOOK_SECRET_REFRESH=1ms"}})
+	ctx := context.Background()
+	cases := map[string]verifyCase{}
+	n := 0
+	deliver := func(step string) {
+		t.Helper()
+		n++
+		id := fmt.Sprintf("refresh-%d", n)
+		if ids := f.sqs(sqsBatch(t, [2]string{"m-" + id, `{"id":"` + id + `","action":"notify"}`})); len(ids) != 0 {
+			t.Fatalf("%s: failures %v; want the delivery made", step, ids)
+		}
+		audit := f.down.Audit()
+		cases[step] = verifyCase{headers: audit[len(audit)-1].Headers, body: audit[len(audit)-1].Body}
+	}
+	deliver("before")
+	newValue := webhooksender.Alphanumeric(32)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: &f.secretARN, SecretString: &newValue}); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true) // the delivery's re-read fails (every attempt the SDK makes)
+	deliver("refresh failed")
+	fail.Store(false)
+	time.Sleep(3 * time.Second) // past the failed read's 1 s backoff
+	deliver("3 s later")
+	got := verify(t, "whsec_"+newValue, cases)
+	if got["before"].OK {
+		t.Errorf("the delivery before the rotation verifies with the new secret")
+	}
+	if !got["3 s later"].OK {
+		t.Errorf("a delivery 3 s after a failed re-read is not signed with the rotated key (%s): the failed re-read pinned the old keys", got["3 s later"].Error)
+	}
+	waitLog(t, f, "signing secret not re-read")
 }
