@@ -15,9 +15,11 @@
 // lock, to stdout); the AWS SDK clients and their connection pools; the
 // DynamoDB store (no state of its own); the engine (its one atomic
 // counter, of the actions it abandoned that are still running);
-// the signing keys (secretsource.Source: reads may overlap, the newest
-// read's keys win, a failed or panicking refresh leaves the last good keys,
-// and each problem it counts is taken by one invocation's metrics);
+// the signing keys and the other secrets (secretsource: one read at a
+// time, shared by every invocation that wants it and run with its own
+// timeout, the newest read's keys win, a failed or panicking read leaves
+// the last good value, and each problem it counts is taken by one
+// invocation's metrics); the notifier made once the URL's secret is read;
 // the notifier and its HTTP client; the router (its metrics writer gets one
 // Write per EMF document, which an *os.File keeps whole; FirstInvoke runs
 // once, the first invocations waiting for it).
@@ -54,11 +56,12 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -79,13 +82,16 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 )
 
-// initSecretTimeout bounds each secret's first read at init, and
-// initProbeTimeout the table's probe, which runs beside them: inside
-// Lambda's 10 s init limit, so that a hanging service gives a line, not an
-// init timeout.
+// initSecretBudget bounds the secrets' first reads at init, all of them
+// at once (the URL, the signing keys' three stages, the inbound sources),
+// and initProbeTimeout the table's probe, which runs beside them: 5 s
+// leaves half of Lambda's 10 s init limit to the runtime and the rest of
+// init, so that a hanging Secrets Manager gives a warning, not an init
+// timeout (which Lambda would retry within the function's own timeout, 6 s
+// on the API function, and count as a failed receive).
 const (
-	initSecretTimeout = 5 * time.Second
-	initProbeTimeout  = 2 * time.Second
+	initSecretBudget = 5 * time.Second
+	initProbeTimeout = 2 * time.Second
 )
 
 // maxAbandoned is the bound of abandoned actions still running in one
@@ -158,24 +164,59 @@ func tuneRuntime(r config.Runtime) {
 	}
 }
 
-// downstreamURL is the plain variable (local runs), or the value of the
-// secret that holds the URL, read once at init (bounded like the signing
-// secret's first read). Neither the value nor an error about it is logged
-// with the URL: only the secret's name.
-func downstreamURL(ctx context.Context, sm secretsource.API, cfg config.Config) (string, error) {
-	if cfg.DownstreamURLSecret == "" {
-		return cfg.DownstreamURL, nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
+// downstreamURLSecret is the secret that holds the downstream URL, read
+// at init and never again (a new URL needs a new environment, as before);
+// until a read succeeds, every delivery goes back to be retried. Neither
+// the value nor an error about it names the URL: only the secret.
+func downstreamURLSecret(sm secretsource.API, cfg config.Config) *secretsource.Document[string] {
+	return secretsource.NewDocument(sm, cfg.DownstreamURLSecret, secretsource.NoRefresh, func(u string) (string, error) {
+		if err := config.CheckDownstreamURL(u); err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(u), nil
+	})
+}
+
+// initRead is one secret's first read at init.
+type initRead struct {
+	env    string // the variable that names the secret
+	secret string
+	read   func(ctx context.Context) error
+	// loaded, if set, runs once the read succeeded (at init or later).
+	loaded func(ctx context.Context)
+}
+
+// readSecrets makes every first read at once, within initSecretBudget.
+// A permanent error (a missing secret or permission, a value that is not
+// what it must be) fails the init with one line naming the variable and
+// the secret, the first in reads' order; a transient one (throttling, a
+// 5xx, a timeout: the AWS error classifier's verdict, as the table probe
+// decides) only warns: the function starts, and each delivery that needs
+// the secret reads it (one read at a time per process) or goes back to be
+// retried until one succeeds.
+func readSecrets(ctx context.Context, logger *slog.Logger, reads []initRead) error {
+	rctx, cancel := context.WithTimeout(ctx, initSecretBudget)
 	defer cancel()
-	u, err := secretsource.ReadString(rctx, sm, cfg.DownstreamURLSecret)
-	if err != nil {
-		return "", fmt.Errorf("config: %s: %w", config.EnvDownstreamURLSecret, err)
+	errs := make([]error, len(reads))
+	var wg sync.WaitGroup
+	for i, r := range reads {
+		wg.Go(func() { errs[i] = r.read(rctx) })
 	}
-	if err := config.CheckDownstreamURL(u); err != nil {
-		return "", fmt.Errorf("config: %s: secret %s: %w", config.EnvDownstreamURLSecret, cfg.DownstreamURLSecret, err)
+	wg.Wait()
+	for i, r := range reads {
+		if err := errs[i]; err != nil && idem.Classify(err) != idem.ClassTransient {
+			return fmt.Errorf("config: %s: %w", r.env, err)
+		}
 	}
-	return strings.TrimSpace(u), nil
+	for i, r := range reads {
+		if err := errs[i]; err != nil {
+			logger.WarnContext(ctx, "a secret could not be read at init; starting anyway: what needs it goes back to be retried until a read succeeds",
+				"variable", r.env, "secret", r.secret, "error", err.Error())
+		} else if r.loaded != nil {
+			r.loaded(ctx)
+		}
+	}
+	return nil
 }
 
 // wire builds the router from the configuration, reading at init every
@@ -214,15 +255,16 @@ func wire(ctx context.Context) (*router.Router, error) {
 		return nil, err
 	}
 	sqsClient := sqs.NewFromConfig(awsCfg)
-	act, err := newAction(ctx, cfg, awsCfg, logger)
+	sm := secretsmanager.NewFromConfig(awsCfg)
+	act, err := newAction(cfg, sm, logger)
 	if err != nil {
+		return nil, err
+	}
+	webhooks, sources, inboundRead := receiving(cfg.Inbound, sm, sqsClient, logger)
+	if err := readSecrets(ctx, logger, append(act.reads, inboundRead...)); err != nil {
 		return nil, err
 	}
 	if err := <-probed; err != nil {
-		return nil, err
-	}
-	webhooks, sources, err := receiving(ctx, cfg.Inbound, secretsmanager.NewFromConfig(awsCfg), sqsClient, logger)
-	if err != nil {
 		return nil, err
 	}
 	if err := gateRuntimeAPI(engine, logger); err != nil {
@@ -276,43 +318,99 @@ func newEngine(store *ddbstore.Store, cfg config.Config, logger *slog.Logger) (*
 }
 
 // wiredAction is the action the function runs, with what the router needs
-// of a notify action: its notifier and its signing keys.
+// of a notify action: its notifier and its signing keys, and the secrets
+// to read at init.
 type wiredAction struct {
 	do       action.Func
-	notifier *notify.Notifier     // nil for the ledger
+	notifier *notify.Notifier     // nil for the ledger; its URL may come later (url)
+	url      *lazyURL             // nil unless the URL is a secret's
 	keys     *secretsource.Source // nil unless deliveries are signed
+	reads    []initRead
 }
 
-// newAction builds the configured action. For notify it reads the
-// downstream URL and the signing secret now: a missing secret or
-// permission fails the init with one line, instead of every delivery later.
-func newAction(ctx context.Context, cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (wiredAction, error) {
+// newAction builds the configured action. For notify, the downstream URL's
+// secret and the signing secret are read at init (readSecrets): a missing
+// secret or permission fails the init with one line, instead of every
+// delivery later; an outage does not.
+func newAction(cfg config.Config, sm secretsource.API, logger *slog.Logger) (wiredAction, error) {
 	if cfg.Action == config.ActionLedger {
 		return wiredAction{do: (&ledger.Ledger{Table: cfg.LedgerTable}).Do}, nil
 	}
-	sm := secretsmanager.NewFromConfig(awsCfg)
-	downstream, err := downstreamURL(ctx, sm, cfg)
-	if err != nil {
-		return wiredAction{}, err
-	}
-	if w := config.PlainHTTPWarning(downstream, os.Getenv); w != "" {
-		logger.WarnContext(ctx, "misconfiguration: "+w)
-	}
-	a := wiredAction{notifier: notify.New(downstream, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})}
+	a := wiredAction{notifier: notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})}
 	a.do = a.notifier.Do
+	if cfg.DownstreamURLSecret == "" {
+		warnPlainHTTP(context.Background(), cfg.DownstreamURL, logger)
+	} else {
+		a.url = &lazyURL{doc: downstreamURLSecret(sm, cfg), secret: cfg.DownstreamURLSecret, template: a.notifier, logger: logger}
+		a.do = a.url.Do
+		a.reads = append(a.reads, initRead{env: config.EnvDownstreamURLSecret, secret: cfg.DownstreamURLSecret, read: a.url.doc.Load, loaded: a.url.loaded})
+	}
 	if cfg.Signing.Off {
 		return a, nil
 	}
 	a.keys = secretsource.New(sm, cfg.Signing.Secret, cfg.Signing.Refresh, logger)
-	// Bounded well inside Lambda's 10 s init limit, so that a hanging
-	// Secrets Manager gives this line, not an init timeout.
-	lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
-	defer cancel()
-	if _, err := a.keys.Reload(lctx); err != nil {
-		return wiredAction{}, fmt.Errorf("config: %s: %w", config.EnvWebhookSecret, err)
-	}
 	a.notifier.Signer = a.keys
+	a.reads = append(a.reads, initRead{env: config.EnvWebhookSecret, secret: cfg.Signing.Secret, read: func(ctx context.Context) error {
+		_, err := a.keys.Reload(ctx)
+		return err
+	}})
 	return a, nil
+}
+
+// warnPlainHTTP says once, when the URL is known, that it is plain http
+// outside a local run.
+func warnPlainHTTP(ctx context.Context, url string, logger *slog.Logger) {
+	if w := config.PlainHTTPWarning(url, os.Getenv); w != "" {
+		logger.WarnContext(ctx, "misconfiguration: "+w)
+	}
+}
+
+// lazyURL is the notify action when the downstream URL is a secret's: the
+// notifier (a copy of template with the URL) is made by the first
+// delivery after the secret was read, at init or later. Until then each
+// delivery reads it (one read at a time per process, shared) or fails
+// transient: it goes back to the queue with its backoff (API: 503 with
+// Retry-After), and nothing is acknowledged.
+type lazyURL struct {
+	doc      *secretsource.Document[string]
+	secret   string
+	template *notify.Notifier
+	logger   *slog.Logger
+	// n is the notifier once made; two first deliveries may both make
+	// one, and the one stored first is kept (same URL, same settings).
+	n atomic.Pointer[notify.Notifier]
+}
+
+// Do implements action.Func.
+func (l *lazyURL) Do(ctx context.Context, ev action.Event) (action.Result, error) {
+	n := l.n.Load()
+	if n == nil {
+		u, err := l.doc.Get(ctx)
+		if err != nil {
+			return action.Result{}, idem.Transient(fmt.Errorf("notify: the downstream URL's secret is not read yet: %w", err))
+		}
+		n = l.notifier(ctx, u)
+	}
+	return n.Do(ctx, ev)
+}
+
+// loaded makes the notifier when the URL was read at init (its plain-http
+// warning is then an init line, as for DOWNSTREAM_URL).
+func (l *lazyURL) loaded(ctx context.Context) {
+	if u, err := l.doc.Get(ctx); err == nil {
+		l.notifier(ctx, u)
+	}
+}
+
+// notifier returns the notifier for u, making it if none was.
+func (l *lazyURL) notifier(ctx context.Context, u string) *notify.Notifier {
+	// A copy of every setting, the HTTP client (and its pool) shared.
+	made := *l.template
+	made.URL = u
+	if l.n.CompareAndSwap(nil, &made) {
+		warnPlainHTTP(ctx, u, l.logger)
+	}
+	return l.n.Load()
 }
 
 // firstInvoke is the router's FirstInvoke: Lambda does not show the
@@ -356,27 +454,24 @@ func adapters(cfg config.Config, engine *idem.Engine, store *ddbstore.Store, act
 }
 
 // receiving wires the receiving route POST /webhooks/{source}, or returns
-// nil when it is off. The sources are read now: a missing secret, a missing
-// permission or a value that does not parse fails the init with one line.
-func receiving(ctx context.Context, in config.Inbound, secrets *secretsmanager.Client, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, *secretsource.Document[*inbound.Sources], error) {
+// nil when it is off, with the sources' first read for init: a missing
+// secret, a missing permission or a value that does not parse fails the
+// init with one line; an outage does not, and the route answers 503 with
+// Retry-After until a read succeeds.
+func receiving(in config.Inbound, secrets secretsource.API, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, *secretsource.Document[*inbound.Sources], []initRead) {
 	if !in.On {
 		return nil, nil, nil
 	}
 	sources := secretsource.NewDocument(secrets, in.Secret, in.Refresh, inbound.ParseSources)
 	sources.OnRefreshError(func(err error) {
-		logger.Warn("inbound webhook sources not re-read; the last good ones stay in use", "secret", in.Secret, "error", err.Error())
+		logger.Warn("inbound webhook sources not read; the last good ones (if any) stay in use", "secret", in.Secret, "error", err.Error())
 	})
-	// Bounded well inside Lambda's 10 s init limit, as the signing
-	// secret's read is.
-	lctx, cancel := context.WithTimeout(ctx, initSecretTimeout)
-	defer cancel()
-	if err := sources.Load(lctx); err != nil {
-		return nil, nil, fmt.Errorf("config: %s: %w", config.EnvInboundSources, err)
-	}
-	if s, _ := sources.Get(lctx); len(s.Names()) == 0 {
-		logger.Warn("inbound webhooks are on, but the sources secret lists no source: every delivery is answered 404 until it does", "secret", in.Secret)
-	} else {
-		logger.Info("inbound webhook sources", "sources", s.Names())
-	}
-	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, nil
+	read := initRead{env: config.EnvInboundSources, secret: in.Secret, read: sources.Load, loaded: func(ctx context.Context) {
+		if s, _ := sources.Get(ctx); len(s.Names()) == 0 {
+			logger.Warn("inbound webhooks are on, but the sources secret lists no source: every delivery is answered 404 until it does", "secret", in.Secret)
+		} else {
+			logger.Info("inbound webhook sources", "sources", s.Names())
+		}
+	}}
+	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, []initRead{read}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/faults"
 )
@@ -97,6 +99,47 @@ func TestProbeTable(t *testing.T) {
 				if l.Level != "WARN" || l.Store.Table != tt.table || (l.Store.ErrorCode != tt.warns && l.Store.ErrorCode != "timeout") {
 					t.Errorf("logged %s; want a WARN naming the table and %s", logs.String(), tt.warns)
 				}
+			}
+		})
+	}
+}
+
+// TestReadSecrets: the secrets' first reads run at once within one budget;
+// a permanent error fails the init with one line naming the variable, a
+// transient one (an outage) only warns and the init goes on.
+func TestReadSecrets(t *testing.T) {
+	outage := idem.Transient(errors.New("reading secret s: 503 ServiceUnavailable"))
+	denied := idem.Permanent(errors.New("reading secret d denied"))
+	read := func(err error) func(context.Context) error { return func(context.Context) error { return err } }
+	hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	tests := []struct {
+		name  string
+		reads []initRead
+		fails string
+		warns int
+	}{
+		{name: "all read", reads: []initRead{{env: "A", read: read(nil)}, {env: "B", read: read(nil)}}},
+		{name: "an outage", reads: []initRead{{env: "A", secret: "s", read: read(outage)}, {env: "B", read: read(nil)}}, warns: 1},
+		{name: "a hang is an outage", reads: []initRead{{env: "A", secret: "s", read: hang}}, warns: 1},
+		{name: "a refusal", reads: []initRead{{env: "A", read: read(outage)}, {env: "B", read: read(denied)}}, fails: "config: B: reading secret d denied"},
+		{name: "an unknown error", reads: []initRead{{env: "A", read: read(errors.New("what"))}}, fails: "config: A: what"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			err := readSecrets(ctx, slog.New(slog.NewJSONHandler(&logs, nil)), tt.reads)
+			switch {
+			case tt.fails != "":
+				if err == nil || err.Error() != tt.fails {
+					t.Fatalf("got %v; want %q", err, tt.fails)
+				}
+			case err != nil:
+				t.Fatalf("got %v; want the init to go on", err)
+			}
+			if n := strings.Count(logs.String(), "starting anyway"); tt.fails == "" && n != tt.warns {
+				t.Errorf("%d warnings (%s); want %d", n, logs.String(), tt.warns)
 			}
 		})
 	}

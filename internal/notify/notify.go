@@ -59,8 +59,15 @@ type Notifier struct {
 type Signer interface {
 	// Keys returns the live keys, current first.
 	Keys(ctx context.Context) ([][]byte, error)
-	// Reload reads the keys again and reports whether they changed.
-	Reload(ctx context.Context) (changed bool, err error)
+	// Reads returns how many reads of the keys have begun so far: a mark
+	// taken when a request is sent.
+	Reads() uint64
+	// Recheck returns the keys of a read that began after mark, or an
+	// error when there is none to be had (not allowed yet, only an older
+	// read in flight, or the read failed). A refusal is judged only by
+	// such a read: one begun before the request was sent may predate a
+	// rotation.
+	Recheck(ctx context.Context, mark uint64) ([][]byte, error)
 }
 
 // New returns a Notifier for url, with its own HTTP client. The client keeps
@@ -202,11 +209,10 @@ func jsonPrefix(b []byte, limit int) string {
 //	a URL that makes no request  → permanent
 func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, error) {
 	// The keys first, outside the request's timeout: when they are stale,
-	// Keys re-reads them (bounded by its own short timeout and by ctx),
-	// and a slow Secrets Manager must cost neither the POST its time (the
-	// attempt would fail) nor the keys their re-read (a failed one is not
-	// tried again for a while: the delivery would go out with the keys
-	// from before a rotation).
+	// Keys waits (within ctx) for the process's one re-read, which runs
+	// with its own timeout; a slow Secrets Manager must not cost the POST
+	// its time (the attempt would fail). Until the keys are first read
+	// (Secrets Manager down at the cold start), the error is transient.
 	var signed [][]byte
 	if n.Signer != nil {
 		var err error
@@ -217,26 +223,38 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	reqCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var sent sentMark
+	if n.Signer != nil {
+		reqCtx = sent.trace(reqCtx, n.Signer)
+	}
 	resp, rep, err := n.post(reqCtx, ev, signed)
 	if err != nil {
 		return action.Result{}, err
 	}
 	if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && n.Signer != nil {
-		// The receiver refused our signature. If the keys now differ from
-		// the ones this request was signed with (a rotation, seen by this
-		// re-read or by another delivery's), one more try is worth it; if
-		// not, the refusal stands (permanent). The re-read runs under ctx,
-		// as above, not the request's timeout; when it fails, whether the
-		// keys rotated is unknown, so the refusal may be ours to fix: a
-		// transient error, not a permanent failure stored for good.
-		if _, rerr := n.Signer.Reload(ctx); rerr != nil {
-			return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d, and the signing keys could not be re-read to check for a rotation: %w", resp.StatusCode, rerr))
+		// The receiver refused our signature. It is judged only by keys a
+		// read begun after the request was sent returned (Recheck): if they
+		// are the ones it was signed with, no rotation explains it and it
+		// stands (permanent); if they differ, a rotation does, and one
+		// more try is worth it. Without such a read (suppressed by the
+		// recheck interval, only an older read in flight, or a failed
+		// one), whether the keys rotated is unknown: the refusal may be
+		// ours to fix, a transient error, not a failure stored for good.
+		// The read runs with its own timeout; Recheck waits for it under
+		// ctx, not the request's timeout.
+		now, rerr := n.Signer.Recheck(ctx, sent.mark(n.Signer))
+		if rerr != nil {
+			return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d, and no read of the signing keys begun since the request was sent tells whether they rotated: %w", resp.StatusCode, rerr))
 		}
-		if now, kerr := n.Signer.Keys(ctx); kerr == nil && !sameKeys(now, signed) {
+		if !sameKeys(now, signed) {
 			// Within what is left of the request's timeout: the second
-			// try does not lengthen an attempt.
+			// try does not lengthen an attempt. Its own refusal has no
+			// read begun after it: transient (the next delivery judges).
 			if resp, rep, err = n.post(reqCtx, ev, now); err != nil {
 				return action.Result{}, err
+			}
+			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+				return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d to the request signed with the keys read after a refusal; retried later", resp.StatusCode))
 			}
 		}
 	}
@@ -394,6 +412,26 @@ func RedactURL(raw string) string {
 
 // origin is u's scheme and host.
 func origin(u *url.URL) string { return u.Scheme + "://" + u.Host }
+
+// sentMark is the Signer's read count when the request was written
+// (httptrace's WroteRequest), plus one; zero until then.
+type sentMark struct{ v atomic.Uint64 }
+
+// trace returns ctx with a hook that takes the mark when the request has
+// been written (on the transport's goroutine: hence the atomic).
+func (m *sentMark) trace(ctx context.Context, s Signer) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { m.v.CompareAndSwap(0, s.Reads()+1) },
+	})
+}
+
+// mark returns the read count when the request was sent. If the hook has
+// not run yet (a reply before the body was all written), the count now:
+// later than the send, so only a read begun after it counts (stricter).
+func (m *sentMark) mark(s Signer) uint64 {
+	m.v.CompareAndSwap(0, s.Reads()+1)
+	return m.v.Load() - 1
+}
 
 func sameKeys(a, b [][]byte) bool {
 	return slices.EqualFunc(a, b, bytes.Equal)

@@ -24,7 +24,7 @@ import (
 type keys struct {
 	mu      sync.Mutex
 	current [][]byte
-	next    [][]byte // what Reload finds, if set
+	next    [][]byte // what Recheck finds, if set
 	reloads atomic.Int64
 }
 
@@ -34,15 +34,17 @@ func (k *keys) Keys(context.Context) ([][]byte, error) {
 	return k.current, nil
 }
 
-func (k *keys) Reload(context.Context) (bool, error) {
+func (k *keys) Reads() uint64 { return uint64(k.reloads.Load()) }
+
+// Recheck re-reads at once (every mark is older than the read it makes).
+func (k *keys) Recheck(context.Context, uint64) ([][]byte, error) {
 	k.reloads.Add(1)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.next == nil {
-		return false, nil
+	if k.next != nil {
+		k.current, k.next = k.next, nil
 	}
-	k.current, k.next = k.next, nil
-	return true, nil
+	return k.current, nil
 }
 
 var (
@@ -225,7 +227,9 @@ func (s *slowKeys) Keys(ctx context.Context) ([][]byte, error) {
 	return s.rotated, nil
 }
 
-func (s *slowKeys) Reload(context.Context) (bool, error) { return false, nil }
+func (s *slowKeys) Reads() uint64 { return 0 }
+
+func (s *slowKeys) Recheck(context.Context, uint64) ([][]byte, error) { return s.rotated, nil }
 
 // The keys' re-read is not part of the request: a Secrets Manager slower
 // than NOTIFY_TIMEOUT must cost neither the POST its time (the attempt
@@ -246,9 +250,9 @@ func TestSlowKeyReadDoesNotEatTheRequestTimeout(t *testing.T) {
 // down when a receiver refuses the signature.
 type failingReload struct{ keys }
 
-func (f *failingReload) Reload(context.Context) (bool, error) {
+func (f *failingReload) Recheck(context.Context, uint64) ([][]byte, error) {
 	f.reloads.Add(1)
-	return false, errors.New("GetSecretValue: context deadline exceeded")
+	return nil, errors.New("GetSecretValue: context deadline exceeded")
 }
 
 // A refusal whose re-read fails may be a rotation not seen yet: it is

@@ -11,10 +11,11 @@ import (
 
 // Document holds one secret's AWSCURRENT value, parsed into a T, and keeps
 // it fresh by the rule Source keeps keys by: read at Load, again after the
-// refresh interval by one caller while the others go on with the value
-// they have. A value that no longer parses, or a failed read, keeps the
-// last good value (and OnRefreshError hears of it). It is safe for
-// concurrent use.
+// refresh interval (one read at a time, shared by every caller, with its
+// own timeout); until a read succeeds, Get's error is transient. A value
+// that no longer parses, or a failed read, keeps the last good value (and
+// OnRefreshError hears of it, and of a failed read before any value). It
+// is safe for concurrent use.
 //
 // The secret is read at its AWSCURRENT stage only: a document rotates
 // inside its value (the inbound sources list several secrets per sender),
@@ -31,13 +32,14 @@ type Document[T any] struct {
 }
 
 // NewDocument returns a Document for the secret id (a name or an ARN),
-// parsed by parse, re-read after refresh (zero means DefaultRefresh). The
+// parsed by parse, re-read after refresh (zero means DefaultRefresh,
+// NoRefresh never once a value is read). The
 // parse error must not quote the value; it is wrapped with the secret's id.
 // Call Load before use.
 func NewDocument[T any](api API, id string, refresh time.Duration, parse func(string) (T, error)) *Document[T] {
 	d := &Document[T]{api: api, id: id, parse: parse}
 	d.cache = newCache(refresh, d.read)
-	d.cache.failed = func(_ context.Context, err error, _, _ time.Duration) {
+	d.cache.failed = func(_ context.Context, err error, _, _ time.Duration, _ bool) {
 		d.mu.Lock()
 		d.failed++
 		f := d.onError
@@ -67,15 +69,16 @@ func (d *Document[T]) TakeCounts() Counts {
 	return c
 }
 
-// Load reads and parses the value now. Use it at init: its error names the
-// secret and what is wrong (missing, denied, not parseable), without the
-// value.
+// Load reads and parses the value now. Use it at init, with the init's
+// budget as ctx's deadline: its error names the secret and what is wrong
+// (missing, denied, not parseable), without the value; idem.Classify tells
+// an outage (transient: Get reads again) from a misconfiguration.
 func (d *Document[T]) Load(ctx context.Context) error {
 	_, _, err := d.cache.reload(ctx)
 	return err
 }
 
-// Get returns the parsed value, refreshed when stale.
+// Get returns the parsed value, refreshed when stale (see Source.Keys).
 func (d *Document[T]) Get(ctx context.Context) (T, error) { return d.cache.get(ctx) }
 
 func (d *Document[T]) read(ctx context.Context) (T, error) {

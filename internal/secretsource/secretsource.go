@@ -9,9 +9,18 @@
 // hold it) and AWSPREVIOUS (the one before: receivers may still hold only
 // it), and deliveries are signed with each, until the procedure's last step
 // removes the AWSPREVIOUS label. A pending or previous version that is not
-// a valid key is ignored, with a warning and a count (never an init
-// failure); only AWSCURRENT must be valid. Once read, the keys stay in use
-// through any failed re-read, which is logged and counted.
+// a valid key (binary, or not a key) is ignored, with a warning and a count
+// (never an init failure); only AWSCURRENT must be valid. Once read, the
+// keys stay in use through any failed re-read, which is logged and counted.
+//
+// Secrets Manager cannot be hammered or starve the keys: a process reads a
+// secret once at a time (the read in flight is shared by every invocation
+// that wants it, each waiting within its own context), each read with its
+// own timeout, detached from the invocation that started it; a failed read
+// is tried again after 1 s, 2 s, 4 s, then every 8 s; a refused signature
+// makes at most one read per 5 s (Source.Recheck). Until a first read
+// succeeds (a brownout at the cold start), Keys and Get return a transient
+// error: deliveries go back to be retried, nothing is acknowledged.
 //
 // It is a driver: it classifies errors and never retries (the SDK does),
 // and no error, log line or value it returns ever holds the secret.
@@ -38,16 +47,6 @@ import (
 
 // DefaultRefresh is how old the keys may get before they are read again.
 const DefaultRefresh = 5 * time.Minute
-
-const (
-	// refreshTimeout bounds the re-read one delivery makes when the keys
-	// are stale (within its own deadline too): a hanging Secrets Manager
-	// must not hold deliveries.
-	refreshTimeout = 2 * time.Second
-	// retryFailedRefresh is how long after a failed re-read the next one is
-	// tried; the keys already read stay in use meanwhile.
-	retryFailedRefresh = 30 * time.Second
-)
 
 // RequiredIAMActions are exactly the IAM actions the source calls, on the
 // one secret (the template grants these; a test keeps them in step).
@@ -78,10 +77,10 @@ type Counts struct {
 
 // Source holds the live keys of one secret. It is safe for concurrent use:
 // the keys are behind the cache's mutex, the counts behind mu. Under Lambda
-// Managed Instances one Source serves every invocation of the process, so
-// reads may overlap (a periodic refresh, and a Reload after a refused
-// signature): the cache keeps the keys of the read that began last among
-// those that succeeded, never an older read's that finished later.
+// Managed Instances one Source serves every invocation of the process: one
+// read runs at a time, shared by every invocation that wants it (a stale
+// key, a refused signature), and the keys held are always those of the
+// read that began last among those that succeeded.
 type Source struct {
 	api   API
 	id    string
@@ -101,14 +100,17 @@ func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source
 	}
 	s := &Source{api: api, id: id, log: logger}
 	s.cache = newCache(refresh, s.readKeys)
-	s.cache.failed = func(ctx context.Context, err error, took, retryIn time.Duration) {
+	s.cache.failed = func(ctx context.Context, err error, took, retryIn time.Duration, held bool) {
 		s.mu.Lock()
 		s.counts.RefreshFailed++
 		s.mu.Unlock()
+		msg := "signing secret not re-read; the keys read before stay in use"
+		if !held {
+			msg = "signing secret not read yet; deliveries go back to be retried until it is"
+		}
 		// How long the read ran and when the next one comes tell a slow
-		// Secrets Manager (or a deadline: whose, the error's "deadline
-		// exceeded" alone does not say) from a refused read.
-		s.log.WarnContext(ctx, "signing secret not re-read; the keys read before stay in use", "secret", s.id, "error", err.Error(),
+		// Secrets Manager (or a timeout: the read's own) from a refused read.
+		s.log.WarnContext(ctx, msg, "secret", s.id, "error", err.Error(),
 			"took_ms", took.Milliseconds(), "retry_in", retryIn.String())
 	}
 	return s
@@ -125,28 +127,50 @@ func (s *Source) TakeCounts() Counts {
 }
 
 // Keys returns the live keys, current first. When they are older than the
-// refresh interval, one caller reads them again, with a short timeout of its
-// own, while every other caller goes on with the keys already read: an
-// outage or a hang of Secrets Manager never stops deliveries. A failed
-// re-read is tried again after 30 s. The re-read is bounded by ctx too:
-// call Keys before a request's own timeout starts, or a slow re-read eats
-// the request's time (and fails at its deadline, keeping the old keys).
+// refresh interval, they are read again: the read in flight is shared by
+// every caller, each waiting for it within ctx (call Keys before a
+// request's own timeout starts), and the read runs with its own timeout,
+// not ctx's. A failed read keeps the keys read before, and is tried again
+// after a capped backoff (1 s to 8 s). Until a first read succeeds, the
+// error is transient (the delivery goes back to be retried).
 func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.get(ctx) }
 
-// Reload reads the keys now and reports whether the keys held now differ
-// from those held when it was called. Call it at init (the first read):
-// its error says what is wrong (missing secret, missing permission, an
-// AWSCURRENT value that is not a key) without the value. An invalid
-// pending or previous version is not an error: it is ignored, logged and
-// counted.
+// Reads returns how many reads of the keys have begun so far: a mark for
+// Recheck, taken when a request signed with the keys is sent.
+func (s *Source) Reads() uint64 { return s.cache.marked() }
+
+// Recheck returns the keys read by a read that began after mark (a
+// Reads value taken when the refused request was sent): a read that
+// already succeeded, the one in flight, or a new one. Those are what a
+// receiver's refusal can be judged by: if they are the keys the request
+// was signed with, no rotation explains the refusal.
 //
-// The notifier calls it again when a receiver refuses a signature. A
-// caller comparing with the keys it signed with must compare those itself:
-// another delivery may have reloaded first. It reads on every call,
-// deliberately: a refusal right after a rotation must see the new keys, or
-// the event is stored as a permanent failure. A receiver that refuses
-// every signature therefore costs three reads per delivery (AWSCURRENT,
-// AWSPENDING and AWSPREVIOUS).
+// A refused signature is the one trigger a receiver controls, so it gets
+// at most one read per recheckInterval (5 s) in a process, shared by every
+// refusal that can use it: a receiver refusing every signature costs at
+// most three GetSecretValue calls per 5 s per process (0.6 per second, so
+// a thousand environments stay far inside Secrets Manager's and KMS's
+// request quotas), not three per delivery. A rotation is noticed by the
+// next allowed read, at most 5 s later: the refusals meanwhile are
+// transient and retried with the queue's backoff, which is longer.
+//
+// It is an error when no such read is available: the last recheck was less
+// than the interval ago, the read in flight began before mark, or the read
+// failed. The refusal is then transient: whether the keys rotated is
+// unknown. The keys held are returned in every case.
+func (s *Source) Recheck(ctx context.Context, mark uint64) ([][]byte, error) {
+	return s.cache.recheck(ctx, mark)
+}
+
+// Reload reads the keys now (after the read in flight, if any) and reports
+// whether the keys held now differ from those held when it was called.
+// Call it at init (the first read), with the init's budget as ctx's
+// deadline: its error says what is wrong (missing secret, missing
+// permission, an AWSCURRENT value that is not a key) without the value;
+// idem.Classify tells an outage (transient: the function can start, and
+// Keys reads again) from a misconfiguration (permanent). An invalid
+// pending or previous version is not an error: it is ignored, logged and
+// counted. Deliveries use Keys and, after a refused signature, Recheck.
 func (s *Source) Reload(ctx context.Context) (changed bool, err error) {
 	prev, keys, err := s.cache.reload(ctx)
 	if err != nil {
@@ -179,8 +203,27 @@ type ignoredVersion struct {
 // key; a pending or previous version that is missing is not live, and one
 // that is not a valid key is ignored (and reported).
 func (s *Source) readLive(ctx context.Context) (keys [][]byte, ignored []ignoredVersion, err error) {
-	for _, stage := range liveStages {
-		key, err := s.read(ctx, stage)
+	// The stages are read at once: a read takes one call's time, not three.
+	var found [3]struct {
+		key []byte
+		err error
+	}
+	var wg sync.WaitGroup
+	for i, stage := range liveStages {
+		wg.Go(func() {
+			// A panic here would end the process (no one can recover it on
+			// this goroutine): it fails the read instead.
+			defer func() {
+				if p := recover(); p != nil {
+					found[i].err = idem.Transient(fmt.Errorf("reading secret %s (%s) panicked: %v", s.id, stage, p))
+				}
+			}()
+			found[i].key, found[i].err = s.read(ctx, stage)
+		})
+	}
+	wg.Wait()
+	for i, stage := range liveStages {
+		key, err := found[i].key, found[i].err
 		switch {
 		case err == nil:
 			if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
@@ -221,7 +264,8 @@ func readString(ctx context.Context, api API, id, stage string) (string, error) 
 		return "", classify(id, stage, err)
 	}
 	if out.SecretString == nil {
-		return "", idem.Permanent(fmt.Errorf("secret %s (%s) holds binary data; want a string", id, stage))
+		// Not a key: a binary pending or previous version is ignored.
+		return "", invalid{idem.Permanent(fmt.Errorf("secret %s (%s) holds binary data; want a string", id, stage))}
 	}
 	return *out.SecretString, nil
 }

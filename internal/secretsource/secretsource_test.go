@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/secretsource"
@@ -199,8 +200,8 @@ func TestStaleKeysSurviveAFailedRefresh(t *testing.T) {
 	}
 	// It says how long the read ran and when the next comes: a "deadline
 	// exceeded" alone does not say whose deadline ended it.
-	if !regexp.MustCompile(`took_ms=\d+ retry_in=30s`).MatchString(log.String()) {
-		t.Errorf("log %q; want took_ms and retry_in=30s", log.String())
+	if !regexp.MustCompile(`took_ms=\d+ retry_in=1s`).MatchString(log.String()) {
+		t.Errorf("log %q; want took_ms and retry_in=1s (a failed read is tried again within seconds)", log.String())
 	}
 	if got := src.TakeCounts(); got != (secretsource.Counts{}) {
 		t.Errorf("counts taken twice: %+v; want zero the second time", got)
@@ -227,9 +228,10 @@ func (h *hangingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetS
 	return nil, ctx.Err()
 }
 
-// A hanging Secrets Manager never holds deliveries: one caller re-reads
-// (with a short timeout of its own), the others go on with the keys they
-// have, and a failed re-read is not tried again on every delivery.
+// A hanging Secrets Manager never stops deliveries: the callers share one
+// re-read (its three stages at once), which gives up after its own
+// timeout; every caller then goes on with the keys it has, and the failed
+// re-read is not tried again on every delivery, but after a backoff.
 func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 	api := &hangingAPI{value: newSecretValue()}
 	api.answers.Store(3) // Reload: AWSCURRENT, AWSPENDING and AWSPREVIOUS
@@ -255,11 +257,11 @@ func TestAHangingRefreshDoesNotStopDeliveries(t *testing.T) {
 			t.Errorf("Keys during a hang: %v; want the keys already read", err)
 		}
 	}
-	if n := api.calls.Load(); n != 4 {
-		t.Errorf("%d GetSecretValue calls; want 4 (Reload's three, then one re-read for all callers)", n)
+	if n := api.calls.Load(); n != 6 {
+		t.Errorf("%d GetSecretValue calls; want 6 (Reload's three, then one re-read of three for all callers)", n)
 	}
-	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 4 {
-		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call for 30 s", err, api.calls.Load())
+	if _, err := src.Keys(context.Background()); err != nil || api.calls.Load() != 6 {
+		t.Errorf("after a failed re-read: %v, %d calls; want the keys, and no new call before the backoff", err, api.calls.Load())
 	}
 }
 
@@ -295,12 +297,12 @@ func (r *rotatingAPI) GetSecretValue(ctx context.Context, in *secretsmanager.Get
 	return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(v)}, nil
 }
 
-// Two reads overlap (under Lambda Managed Instances, two invocations of one
-// process): the one that began first read the secret before a rotation and
-// finishes last. Its old key must not replace the new one the later read
-// stored, or every delivery is signed with the retired key until the next
-// refresh.
-func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
+// A Reload asked while a read is in flight (under Lambda Managed
+// Instances, two invocations of one process) that began before a rotation
+// must not be answered by that read: it waits for it, then reads again,
+// and the keys held at the end are the rotated ones, never the older
+// read's, which finished later than the rotation.
+func TestAReloadDuringAnOlderReadReadsAgain(t *testing.T) {
 	before, after := newSecretValue(), newSecretValue()
 	api := &rotatingAPI{value: before, entered: make(chan struct{}), hold: make(chan struct{})}
 	src := secretsource.New(api, "webhook", time.Hour, nil)
@@ -317,16 +319,24 @@ func TestAnOlderReadFinishingLastDoesNotRollTheKeysBack(t *testing.T) {
 	}()
 	<-api.entered // the slow read has the old value
 	api.set(after)
-	if changed, err := src.Reload(context.Background()); err != nil || !changed {
-		t.Fatalf("the later read: changed %v, %v; want the new key", changed, err)
-	}
+	later := make(chan error)
+	go func() {
+		changed, err := src.Reload(context.Background())
+		if err == nil && !changed {
+			err = fmt.Errorf("the later Reload reported no change")
+		}
+		later <- err
+	}()
 	close(api.hold)
 	if err := <-slow; err != nil {
 		t.Fatal(err)
 	}
+	if err := <-later; err != nil {
+		t.Fatalf("the later Reload: %v; want the new key", err)
+	}
 	keys, err := src.Keys(context.Background())
 	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
-		t.Fatalf("keys after both reads: %d keys, %v; want only the new one (the older read finished last)", len(keys), err)
+		t.Fatalf("keys after both reads: %d keys, %v; want only the new one", len(keys), err)
 	}
 }
 
@@ -393,5 +403,191 @@ func TestDocumentLoadFailures(t *testing.T) {
 	}
 	if _, err := doc.Get(ctx); err == nil {
 		t.Error("Get after a failed Load: want the read's error, not a zero value")
+	}
+}
+
+// slowAPI serves one AWSCURRENT value (no other stage), which the test
+// rotates; its calls take delay, and it records whether a call was cut
+// short by its context.
+type slowAPI struct {
+	mu    sync.Mutex
+	value string
+	delay time.Duration
+	cut   atomic.Int64
+	done  chan struct{} // gets one value per AWSCURRENT call that answered
+}
+
+func (s *slowAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	if aws.ToString(in.VersionStage) != secretsource.StageCurrent {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
+	}
+	s.mu.Lock()
+	v, delay := s.value, s.delay
+	s.mu.Unlock()
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+		s.cut.Add(1)
+		return nil, ctx.Err()
+	}
+	s.done <- struct{}{}
+	return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(v)}, nil
+}
+
+// A refresh started by an invocation with 300 ms left runs with its own
+// timeout, not that invocation's remaining time: it completes (Secrets
+// Manager answering in 800 ms) and its keys are used by the next caller,
+// instead of failing at the invocation's deadline and pinning the old keys
+// for the whole process.
+func TestARefreshOutlivesTheInvocationThatStartedIt(t *testing.T) {
+	before, after := newSecretValue(), newSecretValue()
+	api := &slowAPI{value: before, done: make(chan struct{}, 4)}
+	src := secretsource.New(api, "webhook", 50*time.Millisecond, slog.New(slog.DiscardHandler))
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-api.done
+	api.mu.Lock()
+	api.value, api.delay = after, 800*time.Millisecond
+	api.mu.Unlock()
+	time.Sleep(60 * time.Millisecond) // the keys are now stale
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if keys, err := src.Keys(ctx); err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != before {
+		t.Fatalf("keys for the invocation with 300 ms left: %d, %v; want the keys held (the refresh is not done)", len(keys), err)
+	}
+	select {
+	case <-api.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the refresh never answered (%d calls cut short by their context)", api.cut.Load())
+	}
+	if n := api.cut.Load(); n != 0 {
+		t.Fatalf("%d calls cut short; want the refresh to run with its own timeout", n)
+	}
+	api.mu.Lock()
+	api.delay = 0
+	api.mu.Unlock()
+	keys, err := src.Keys(context.Background())
+	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
+		t.Fatalf("keys after the refresh: %d, %v; want the refreshed one", len(keys), err)
+	}
+}
+
+// stagedAPI answers each stage from its map: a string, binary data
+// (bin), or no such version; while down it fails every call as a
+// brownout does (HTTP 503), counting the calls.
+type stagedAPI struct {
+	mu     sync.Mutex
+	values map[string]string
+	bin    map[string]bool
+	down   bool
+	calls  atomic.Int64
+	hold   chan struct{} // if set, calls wait for it
+}
+
+func (s *stagedAPI) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, _ ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	s.calls.Add(1)
+	if s.hold != nil {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stage := aws.ToString(in.VersionStage)
+	switch {
+	case s.down:
+		return nil, &smithy.GenericAPIError{Code: "ServiceUnavailable", Message: "injected", Fault: smithy.FaultServer}
+	case s.bin[stage]:
+		return &secretsmanager.GetSecretValueOutput{SecretBinary: []byte{0, 1, 2}}, nil
+	case s.values[stage] != "":
+		return &secretsmanager.GetSecretValueOutput{SecretString: aws.String(s.values[stage])}, nil
+	}
+	return nil, &types.ResourceNotFoundException{Message: aws.String("no such version")}
+}
+
+// A binary AWSPENDING or AWSPREVIOUS version is not a key: it is ignored
+// with a warning, like any invalid version, never an init failure. A
+// binary AWSCURRENT still is one.
+func TestABinaryPendingVersionIsIgnored(t *testing.T) {
+	current := newSecretValue()
+	api := &stagedAPI{values: map[string]string{secretsource.StageCurrent: current}, bin: map[string]bool{secretsource.StagePending: true, secretsource.StagePrevious: true}}
+	var log bytes.Buffer
+	src := secretsource.New(api, "webhook", time.Hour, slog.New(slog.NewTextHandler(&log, nil)))
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatalf("Reload with binary pending and previous versions: %v; want no error", err)
+	}
+	if keys, err := src.Keys(context.Background()); err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
+		t.Fatalf("keys %d, %v; want the current one only", len(keys), err)
+	}
+	if got := src.TakeCounts(); got.Ignored != 2 || !strings.Contains(log.String(), "stage=AWSPENDING") || !strings.Contains(log.String(), "stage=AWSPREVIOUS") {
+		t.Errorf("counts %+v, log %q; want both versions ignored, with a warning each", got, log.String())
+	}
+	api.mu.Lock()
+	api.bin[secretsource.StageCurrent] = true
+	api.mu.Unlock()
+	if _, err := secretsource.New(api, "webhook", time.Hour, nil).Reload(context.Background()); idem.Classify(err) != idem.ClassPermanent || !strings.Contains(err.Error(), "binary") {
+		t.Errorf("a binary AWSCURRENT: %v; want a permanent error", err)
+	}
+}
+
+// Secrets Manager down at the cold start: the first read fails transient
+// (the init goes on), and so does every Keys until a read succeeds, each
+// error transient (the delivery goes back), never permanent. Concurrent
+// callers share one read; once Secrets Manager is back, the keys come.
+func TestKeysUnreadAtInitAreTransientUntilARead(t *testing.T) {
+	current := newSecretValue()
+	api := &stagedAPI{values: map[string]string{secretsource.StageCurrent: current}, down: true}
+	src := secretsource.New(api, "webhook", time.Hour, slog.New(slog.DiscardHandler))
+	if _, err := src.Reload(context.Background()); idem.Classify(err) != idem.ClassTransient {
+		t.Fatalf("Reload while Secrets Manager is down: %v (%v); want transient", err, idem.Classify(err))
+	}
+	if _, err := src.Keys(context.Background()); err == nil || idem.Classify(err) != idem.ClassTransient {
+		t.Fatalf("Keys before any read: %v (%v); want transient", err, idem.Classify(err))
+	}
+	api.mu.Lock()
+	api.down = false
+	api.mu.Unlock()
+	// Wait out the failed reads' backoff (at most 8 s) without reading in
+	// a tight loop: each Keys inside it answers at once, from the backoff.
+	var keys [][]byte
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if keys, err = src.Keys(context.Background()); err == nil {
+			break
+		}
+		if idem.Classify(err) != idem.ClassTransient {
+			t.Fatalf("Keys before the keys are read: %v; want transient", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no keys 30 s after Secrets Manager came back: %v", err)
+		}
+	}
+	if len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != current {
+		t.Fatalf("keys %d; want the current one", len(keys))
+	}
+
+	// Concurrent first callers share one read (three stages).
+	api2 := &stagedAPI{values: map[string]string{secretsource.StageCurrent: current}, hold: make(chan struct{})}
+	src2 := secretsource.New(api2, "webhook", time.Hour, slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = src2.Keys(context.Background()) })
+	}
+	for api2.calls.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	close(api2.hold)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v; want the keys", i, err)
+		}
+	}
+	if n := api2.calls.Load(); n != 3 {
+		t.Errorf("%d GetSecretValue calls for 8 first callers; want 3 (one read)", n)
 	}
 }
