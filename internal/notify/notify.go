@@ -213,14 +213,25 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	// with its own timeout; a slow Secrets Manager must not cost the POST
 	// its time (the attempt would fail). Until the keys are first read
 	// (Secrets Manager down at the cold start), the error is transient.
+	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	var signed [][]byte
 	if n.Signer != nil {
+		// The wait for a re-read ends where the request's own time would
+		// start: on the API function (6 s, NOTIFY_TIMEOUT 4 s) a hanging
+		// Secrets Manager could otherwise cut the POST to what is left,
+		// and a receiver answering in 3 s would time out. Past that point
+		// the keys held are used (Keys returns them once its ctx ends).
+		kctx := ctx
+		if d, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			kctx, cancel = context.WithDeadline(ctx, d.Add(-timeout))
+			defer cancel()
+		}
 		var err error
-		if signed, err = n.Signer.Keys(ctx); err != nil {
+		if signed, err = n.Signer.Keys(kctx); err != nil {
 			return action.Result{}, fmt.Errorf("notify: signing keys: %w", err)
 		}
 	}
-	timeout := cmp.Or(n.Timeout, DefaultTimeout)
 	reqCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var sent sentMark

@@ -268,3 +268,35 @@ func TestRefusedSignatureWithAFailedReReadIsTransient(t *testing.T) {
 		t.Fatalf("got %v (%v) after %d calls, %d re-reads; want a transient error after one call and one re-read", err, idem.Classify(err), calls.Load(), k.reloads.Load())
 	}
 }
+
+// deadlineKeys records the deadline of the ctx Keys is given.
+type deadlineKeys struct {
+	keys
+	got time.Time
+}
+
+func (d *deadlineKeys) Keys(ctx context.Context) ([][]byte, error) {
+	d.got, _ = ctx.Deadline()
+	return d.keys.Keys(ctx)
+}
+
+// The wait for the keys' re-read never takes the request's own time: it
+// ends NOTIFY_TIMEOUT before the action's deadline, so that a hanging
+// Secrets Manager cannot cut the POST short (Keys then returns the keys
+// held).
+func TestKeyWaitLeavesTheRequestItsTimeout(t *testing.T) {
+	var calls atomic.Int64
+	srv := verifier(t, oldKey, &calls)
+	n := notify.New(srv.URL, time.Second, notify.Classifier{})
+	k := &deadlineKeys{keys: keys{current: [][]byte{oldKey}}}
+	n.Signer = k
+	deadline := time.Now().Add(time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if _, err := n.Do(ctx, signedEvent()); err != nil || calls.Load() != 1 {
+		t.Fatalf("got %v after %d calls; want one delivery", err, calls.Load())
+	}
+	if want := deadline.Add(-time.Second); k.got.IsZero() || k.got.After(want) {
+		t.Errorf("Keys' deadline %v; want at most %v (the action's deadline less the request timeout)", k.got, want)
+	}
+}
