@@ -43,6 +43,8 @@ test: fmt-check vet tools
 	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26), and its
 	# allocations on worst-case bodies (measured without -race, which changes what escapes)
 	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run 'TestAgainstJSONText|TestWorstCaseBodiesAllocateLittle' ./internal/canonjson/
+	# the same bodies' allocations through the SQS adapter (fingerprint and key decode), also without -race
+	$(GO) test -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./internal/sqsbatch/
 	@[ -n "$(IS_ROOT)" ] || echo "note: TestE2EManagedInstances was skipped: the emulator's managed-instances mode needs root (docs/local.md)"
 
 ## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
