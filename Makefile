@@ -100,6 +100,10 @@ BENCH_DIR := $(TOOLS)/bench
 # Events per end-to-end run of make bench, bench-ab and bench-peer.
 BENCH_EVENTS ?= 2000
 
+# The commit whose SQS adapter section 7's "before" column measures: the
+# last one that decoded the whole body for the key expression (issue 29).
+WORSTCASE_BASE ?= deb1682
+
 ## bench: measure what an event costs; prints a table and writes BENCHMARKS.md
 bench:
 	$(MAKE) --no-print-directory -j2 $(VENV_MOTO)/.installed $(RIE)
@@ -110,11 +114,20 @@ bench:
 	$(GO) tool pprof -top -nodecount 25 $(BENCH_DIR)/idem.test $(BENCH_DIR)/cpu.prof > $(BENCH_DIR)/profile.txt 2>/dev/null
 	$(GO) test -run '^$$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/ | tee $(BENCH_DIR)/worstcase-after.txt
 	$(GO) test -run '^$$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/ | tee $(BENCH_DIR)/worstcase-before.txt
+	$(GO) test -run '^$$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/sqsbatch/ | tee $(BENCH_DIR)/worstcase-adapter-after.txt
+	# the same bodies through the adapter at WORSTCASE_BASE, with this tree's benchmark and shapes (self-contained for that)
+	rm -rf $(BENCH_DIR)/worstcase-base && mkdir -p $(BENCH_DIR)/worstcase-base
+	git archive $(WORSTCASE_BASE) | tar -x -C $(BENCH_DIR)/worstcase-base
+	mkdir -p $(BENCH_DIR)/worstcase-base/internal/testing/worstcase
+	cp internal/testing/worstcase/*.go $(BENCH_DIR)/worstcase-base/internal/testing/worstcase/
+	cp internal/sqsbatch/worstcase_test.go internal/sqsbatch/cputime_test.go internal/sqsbatch/cputime_other_test.go internal/sqsbatch/race_test.go internal/sqsbatch/norace_test.go $(BENCH_DIR)/worstcase-base/internal/sqsbatch/
+	cd $(BENCH_DIR)/worstcase-base && $(GO) test -run '^$$' -bench 'WorstCaseAdapter' -benchmem -benchtime 1x -count 3 ./internal/sqsbatch/ | tee $(BENCH_DIR)/worstcase-adapter-before.txt
 	CGO_ENABLED=0 $(GO) build -tags lambda.norpc,benchprofile -o $(BENCH_DIR)/bootstrap-profile ./cmd/handler
 	tools/with-moto.sh $(GO) run ./cmd/bench -rie $(RIE) -bootstrap $(HOST_BOOTSTRAP) \
 		-profile-bootstrap $(BENCH_DIR)/bootstrap-profile \
 		-gobench $(BENCH_DIR)/engine.txt -profile $(BENCH_DIR)/profile.txt -events $(BENCH_EVENTS) \
-		-worstcase-after $(BENCH_DIR)/worstcase-after.txt -worstcase-before $(BENCH_DIR)/worstcase-before.txt -out BENCHMARKS.md
+		-worstcase-after $(BENCH_DIR)/worstcase-after.txt -worstcase-before $(BENCH_DIR)/worstcase-before.txt \
+		-worstcase-adapter-after $(BENCH_DIR)/worstcase-adapter-after.txt -worstcase-adapter-before $(BENCH_DIR)/worstcase-adapter-before.txt -out BENCHMARKS.md
 
 # The commit whose bootstrap bench-ab compares against: by default where
 # this branch left main.

@@ -111,7 +111,7 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	var doc any
 	var err error
 	if x.plan != nil {
-		doc, err = decodePlanned(body, x.plan)
+		doc, err = decodePlanned(body, x.plan, fpErr == nil)
 	} else {
 		doc, err = Decode(body)
 	}

@@ -295,7 +295,7 @@ func TestPlannedDecodeErrorsAreDecodes(t *testing.T) {
 	} {
 		want, wantErr := Decode([]byte(body))
 		for _, p := range []*plan{{}, planOf(mustParse(t, DefaultExpression)), planOf(mustParse(t, "a"))} {
-			_, gotErr := decodePlanned([]byte(body), p)
+			_, gotErr := decodePlanned([]byte(body), p, false)
 			if errText(gotErr) != errText(wantErr) {
 				t.Errorf("%q: got %v; want %v (decoded %T)", clip([]byte(body)), gotErr, wantErr, want)
 			}
