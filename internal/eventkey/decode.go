@@ -40,8 +40,24 @@ const (
 // plan is what the key expression reads of a document: for each value on a
 // path it names, the members it goes on to and what it reads of the value.
 type plan struct {
-	members map[string]*plan
+	members []member // a few: searched in order, cheaper than a map
 	reads   reads
+}
+
+// member is a member a plan goes on to, by its decoded name.
+type member struct {
+	name string
+	plan *plan
+}
+
+// member returns the plan of the member named name, or nil.
+func (p *plan) member(name []byte) *plan {
+	for _, m := range p.members {
+		if m.name == string(name) {
+			return m.plan
+		}
+	}
+	return nil
 }
 
 // partPlan is the plan of an array's element when the array is the key.
@@ -116,13 +132,10 @@ func pathOf(n parsing.ASTNode) ([]string, bool) {
 
 func (p *plan) add(path []string, r reads) {
 	for _, name := range path {
-		if p.members == nil {
-			p.members = map[string]*plan{}
-		}
-		next := p.members[name]
+		next := p.member([]byte(name))
 		if next == nil {
 			next = &plan{}
-			p.members[name] = next
+			p.members = append(p.members, member{name, next})
 		}
 		p = next
 	}
@@ -133,7 +146,7 @@ func (p *plan) add(path []string, r reads) {
 // deeper (a syntax error at the bracket that goes past it).
 const maxNestingDepth = 10000
 
-// errEndsEarly stands for the Decoder's io.ErrUnexpectedEOF.
+// endsEarly is d.fail for the Decoder's io.ErrUnexpectedEOF.
 const endsEarly = -1
 
 // decoder checks a body as encoding/json's Decoder does and builds the
@@ -301,7 +314,7 @@ func (d *decoder) object(i int, p *plan) (any, int) {
 			d.scratch = appendUnquoted(d.scratch[:0], text)
 			text = d.scratch
 		}
-		next := p.members[string(text)]
+		next := p.member(text)
 		var name string
 		if next != nil {
 			name = string(text)
@@ -393,88 +406,84 @@ func (d *decoder) keyArray(i int) (any, int) {
 
 // skipContainer checks the array or object at i and returns where it ends.
 // It keeps its open containers on d.kinds, not on the call stack: a body
-// may nest ten thousand levels.
+// may nest ten thousand levels. It never calls value, so it is never inside
+// itself: its containers start from an empty stack.
 func (d *decoder) skipContainer(i int) int {
 	b := d.b
-	base := len(d.kinds)
-	defer func() { d.kinds = d.kinds[:base] }()
+	d.kinds = d.kinds[:0]
 	for {
 		// i is at a value's first byte.
-		switch c := b[i]; c {
-		case '{', '[':
+		if c := b[i]; c == '{' || c == '[' {
 			if !d.open(i) {
 				return len(b)
 			}
-			d.kinds = append(d.kinds, c)
 			i = d.space(i + 1)
 			if i == len(b) {
 				return d.early()
 			}
-			if c == '{' && b[i] != '}' {
-				if i = d.memberName(i); d.fail != 0 {
-					return i
+			if b[i] != c+2 { // not empty: '{'+2 is '}', '['+2 is ']'
+				d.kinds = append(d.kinds, c)
+				if c == '{' {
+					if i = d.memberName(i); d.fail != 0 {
+						return i
+					}
 				}
 				continue
 			}
-			if c == '[' && b[i] != ']' {
-				continue
+			i++
+			d.depth--
+			if len(d.kinds) == 0 {
+				return i
 			}
-			// An empty container: its closing bracket is read below.
-		case '"':
-			i = d.str(i)
-		case 't':
-			i = d.literal(i, "true")
-		case 'f':
-			i = d.literal(i, "false")
-		case 'n':
-			i = d.literal(i, "null")
-		default:
-			if c != '-' && !isDigit(c) {
+		} else {
+			switch c {
+			case '"':
+				i = d.str(i)
+			case 't':
+				i = d.literal(i, "true")
+			case 'f':
+				i = d.literal(i, "false")
+			case 'n':
+				i = d.literal(i, "null")
+			default:
+				if c != '-' && !isDigit(c) {
+					return d.syntax(i)
+				}
+				i = d.number(i)
+			}
+			if d.fail != 0 {
+				return i
+			}
+		}
+		// After a value: closing brackets, then a comma and, in an object,
+		// the next member's name.
+		for {
+			i = d.space(i)
+			if i == len(b) {
+				return d.early()
+			}
+			top := d.kinds[len(d.kinds)-1]
+			if b[i] == ',' {
+				i = d.space(i + 1)
+				if i == len(b) {
+					return d.early()
+				}
+				if top == '{' {
+					if i = d.memberName(i); d.fail != 0 {
+						return i
+					}
+				}
+				break
+			}
+			if b[i] != top+2 {
 				return d.syntax(i)
 			}
-			i = d.number(i)
-		}
-		if d.fail != 0 {
-			return i
-		}
-		var done bool
-		if i, done = d.afterValue(i, base); done || d.fail != 0 {
-			return i
-		}
-	}
-}
-
-// afterValue reads what follows a value inside skipContainer's containers:
-// closing brackets, then a comma and, in an object, the next member's name.
-// It returns where the next value begins, or done with the end of the
-// container skipContainer began.
-func (d *decoder) afterValue(i, base int) (int, bool) {
-	b := d.b
-	for {
-		i = d.space(i)
-		if i == len(b) {
-			return d.early(), false
-		}
-		top := d.kinds[len(d.kinds)-1]
-		switch c := b[i]; {
-		case c == ',':
-			i = d.space(i + 1)
-			if i == len(b) {
-				return d.early(), false
-			}
-			if top == '{' {
-				i = d.memberName(i)
-			}
-			return i, false
-		case c == '}' && top == '{', c == ']' && top == '[':
 			i++
 			d.kinds = d.kinds[:len(d.kinds)-1]
 			d.depth--
-			if len(d.kinds) == base {
-				return i, true
+			if len(d.kinds) == 0 {
+				return i
 			}
-		default:
-			return d.syntax(i), false
 		}
 	}
 }
@@ -531,13 +540,19 @@ func plainWord(x uint64) bool {
 // read eight bytes at a time: a 1 MiB string is the cheapest body to send
 // and must stay cheap to check.
 func (d *decoder) str(i int) int {
+	b := d.b
+	j := i + 1
+	// Most strings are short names: a few bytes one by one first.
+	for short := min(j+16, len(b)); j < short && inString[b[j]]; j++ {
+	}
+	if j < len(b) && b[j] == '"' {
+		return j + 1
+	}
 	if d.valid {
-		if end := d.validStr(i); end > 0 {
+		if end := d.validStr(j); end > 0 {
 			return end
 		}
 	}
-	b := d.b
-	j := i + 1
 	for {
 		for j+8 <= len(b) && plainWord(binary.LittleEndian.Uint64(b[j:])) {
 			j += 8
@@ -578,12 +593,13 @@ func (d *decoder) str(i int) int {
 	}
 }
 
-// validStr returns where the string at i ends in a body already known to
-// be valid JSON (no control character, every escape well formed), with the
-// vectorised search for quotes and backslashes; 0 if it finds no end.
-func (d *decoder) validStr(i int) int {
+// validStr returns where the string that goes on at j ends, in a body
+// already known to be valid JSON (no control character, every escape well
+// formed), with the vectorised search for quotes and backslashes; 0 if it
+// finds no end.
+func (d *decoder) validStr(j int) int {
 	b := d.b
-	j, quote := i+1, -1
+	quote := -1
 	for {
 		if quote < j {
 			k := bytes.IndexByte(b[j:], '"')

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -314,4 +315,26 @@ func mustParse(t testing.TB, expr string) parsing.ASTNode {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// BenchmarkPlannedDecode runs the default key expression's planned decode
+// alone over a 1 MiB body of each worst-case shape: the measure for a
+// change to the decoder, which BenchmarkWorstCaseAdapter's figures
+// (fingerprint and poison note included) would blur.
+//
+//	go test -run '^$' -bench PlannedDecode -benchmem ./internal/eventkey/
+func BenchmarkPlannedDecode(b *testing.B) {
+	p := planOf(mustParse(b, DefaultExpression))
+	for _, s := range worstcase.Shapes {
+		body := []byte(s.Body(worstcase.Size))
+		valid := canonjson.Write(io.Discard, body) == nil
+		b.Run(worstcase.BenchName(s.Name), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if _, err := decodePlanned(body, p, valid); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
