@@ -3,6 +3,7 @@ package eventkey
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -269,12 +270,18 @@ func randomDoc(r *rand.Rand, depth int) string {
 //
 //	go test -run '^$' -fuzz FuzzPlannedDecode ./internal/eventkey/
 func FuzzPlannedDecode(f *testing.F) {
-	// The small corpus bodies seed it (TestPlannedDecodeMatchesFull runs
-	// them all).
-	for _, b := range corpusBodies(f) {
-		if len(b) <= 256 {
-			f.Add([]byte(b))
+	// When fuzzing, the small corpus bodies seed it; as a plain test it
+	// runs a few worst-case shapes only (TestPlannedDecodeMatchesFull runs
+	// the corpus).
+	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
+		for _, b := range corpusBodies(f) {
+			if len(b) <= 256 {
+				f.Add([]byte(b))
+			}
 		}
+	}
+	for _, s := range worstcase.Shapes {
+		f.Add([]byte(s.Body(64)))
 	}
 	xs := extractors(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
