@@ -43,8 +43,10 @@ test: fmt-check vet tools
 	# canonjson against the standard library's RFC 8785 canonicalizer (experimental in Go 1.26), and its
 	# allocations on worst-case bodies (measured without -race, which changes what escapes)
 	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run 'TestAgainstJSONText|TestWorstCaseBodiesAllocateLittle' ./internal/canonjson/
-	# the same bodies' allocations through the SQS adapter (fingerprint and key decode), also without -race
-	$(GO) test -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./internal/sqsbatch/
+	# the same bodies' allocations through the SQS adapter (fingerprint and key decode), also without -race; built
+	# as the e2e tests build the bootstrap (CGO_ENABLED=0, lambda.norpc) so that it reuses their compiled packages
+	# (6 s instead of 32 s after a cold make test here)
+	CGO_ENABLED=0 $(GO) test -tags lambda.norpc -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./internal/sqsbatch/
 	@[ -n "$(IS_ROOT)" ] || echo "note: TestE2EManagedInstances was skipped: the emulator's managed-instances mode needs root (docs/local.md)"
 
 ## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
