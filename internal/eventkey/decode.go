@@ -767,3 +767,59 @@ func hex4(s []byte) rune {
 	}
 	return r
 }
+
+// rawAt returns the raw bytes of the value that path selects in body, a
+// valid JSON document with no duplicate member names (the fingerprint
+// accepted it): "null" when a member on the path is missing or the value
+// on the way is not an object, as JMESPath gives null then. Only the
+// values on the path are read member by member; the others are skipped.
+// ok is false if the body turns out not to be valid (it never should).
+func rawAt(body []byte, path []string) (raw []byte, ok bool) {
+	d := decoder{b: body, valid: true}
+	i := d.space(0)
+	for _, name := range path {
+		if i >= len(body) || body[i] != '{' {
+			return []byte("null"), d.fail == 0
+		}
+		i = d.space(i + 1)
+		for found := false; !found; {
+			if i >= len(body) || body[i] != '"' {
+				return []byte("null"), d.fail == 0 && i < len(body) && body[i] == '}'
+			}
+			end := d.str(i)
+			if d.fail != 0 {
+				return nil, false
+			}
+			text := body[i+1 : end-1]
+			if !plain(text) {
+				d.scratch = appendUnquoted(d.scratch[:0], text)
+				text = d.scratch
+			}
+			found = string(text) == name
+			if i = d.space(end); i >= len(body) || body[i] != ':' {
+				return nil, false
+			}
+			if i = d.space(i + 1); i >= len(body) {
+				return nil, false
+			}
+			if found {
+				break
+			}
+			_, end = d.value(i, nil)
+			if d.fail != 0 {
+				return nil, false
+			}
+			if i = d.space(end); i < len(body) && body[i] == ',' {
+				i = d.space(i + 1)
+			}
+		}
+	}
+	if i >= len(body) {
+		return nil, false
+	}
+	_, end := d.value(i, nil)
+	if d.fail != 0 {
+		return nil, false
+	}
+	return body[i:end], true
+}

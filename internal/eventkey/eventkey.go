@@ -37,6 +37,10 @@ type Extractor struct {
 	parts   []string // a name for each part of a list expression, for messages
 	plan    *plan    // what the key expression reads of a body; nil: all of it
 	payload jmespath.JMESPath
+	// payloadPath is the payload expression's members when it is a path
+	// (detail, detail.order, @): its value's raw bytes are fingerprinted.
+	payloadPath []string
+	pathPayload bool
 }
 
 // New compiles the key expression (empty means DefaultExpression) and the
@@ -64,6 +68,9 @@ func New(keyExpr, payloadExpr string) (*Extractor, error) {
 	if payloadExpr != "" {
 		if x.payload, err = jmespath.Compile(payloadExpr); err != nil {
 			return nil, fmt.Errorf("payload expression %q: %w", payloadExpr, err)
+		}
+		if ast, err := parsing.NewParser().Parse(payloadExpr); err == nil {
+			x.payloadPath, x.pathPayload = pathOf(ast)
 		}
 	}
 	return x, nil
@@ -127,6 +134,18 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	}
 	if fpErr != nil {
 		return idem.Request{}, fpErr
+	}
+	if x.pathPayload {
+		// The body is canonical JSON (fpErr is nil): no duplicate names, no
+		// invalid text, so the raw bytes of the value the path selects
+		// fingerprint as its decoded and re-encoded form would, and a
+		// missing value is null, as JMESPath gives it.
+		if raw, ok := rawAt(body, x.payloadPath); ok {
+			if fp, err = idem.Fingerprint(raw); err != nil {
+				return idem.Request{}, err
+			}
+			return idem.Request{Key: key, Fingerprint: fp}, nil
+		}
 	}
 	if x.payload != nil {
 		if x.plan != nil {

@@ -63,6 +63,9 @@ func oracleRequest(x *Extractor, body []byte) (idem.Request, error) {
 var plannedExpressions = []struct{ key, payload string }{
 	{"", ""},
 	{DefaultExpression, "detail"},
+	{"id", "a.b"},
+	{"join(':', ['evt', id, action])", "@"},
+	{"['evt', id, action]", "ids[0]"}, // a payload that is not a path: decoded whole
 	{"join(':', ['evt', id, action])", ""},
 	{"id", ""},
 	{"detail.id", ""},
@@ -207,7 +210,10 @@ func TestPlannedDecodeMatchesFullOnRandomBodies(t *testing.T) {
 	}
 	for range n {
 		body := []byte(randomDoc(r, 0))
-		switch r.IntN(4) {
+		if r.IntN(3) == 0 {
+			body = []byte(keyedDoc(r))
+		}
+		switch r.IntN(5) {
 		case 0:
 			body = body[:r.IntN(len(body)+1)]
 		case 1:
@@ -222,6 +228,15 @@ func TestPlannedDecodeMatchesFullOnRandomBodies(t *testing.T) {
 			sameAsOracle(t, x, body)
 		}
 	}
+}
+
+// keyedDoc is a random object with a good key for every expression
+// (id, action) and random values at the payload expressions' paths
+// (detail, a.b), in a random order, among other members.
+func keyedDoc(r *rand.Rand) string {
+	members := []string{`"id":"a1"`, `"action":"notify"`, `"detail":` + randomDoc(r, 1), `"a":{"b":` + randomDoc(r, 2) + `,"c":1}`, `"x":` + randomDoc(r, 1)}
+	r.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
+	return "{" + strings.Join(members[:2+r.IntN(4)], ",") + "}"
 }
 
 // randomDoc is a random JSON value, its names mostly ones the expressions
