@@ -298,6 +298,9 @@ func FuzzPlannedDecode(f *testing.F) {
 	for _, s := range worstcase.Shapes {
 		f.Add([]byte(s.Body(64)))
 	}
+	// Good keys, so that the payload expressions run.
+	f.Add([]byte(`{"id":"a1","action":"notify","detail":{"x":[1,2.50,"\u00e9"]},"a":{"b":"c","d":null}}`))
+	f.Add([]byte(`{"a":{"c":1,"b":[{}]},"id":"a1","action":"x","detail":null}`))
 	xs := extractors(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, x := range xs {
