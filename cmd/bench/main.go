@@ -57,6 +57,8 @@ func main() {
 	keepProf := flag.String("keep-profile", "", "also copy the bootstrap's raw CPU profile to this file")
 	worstAfter := flag.String("worstcase-after", "", "output of go test -bench 'WorstCase/after' for canonjson")
 	worstBefore := flag.String("worstcase-before", "", "output of go test -bench 'WorstCase/before' for canonjson")
+	worstAdapterAfter := flag.String("worstcase-adapter-after", "", "output of go test -bench 'WorstCaseAdapter' for sqsbatch (the worst cases through the SQS adapter)")
+	worstAdapterBefore := flag.String("worstcase-adapter-before", "", "the same benchmark run at the commit before issue 29 (make bench: WORSTCASE_BASE)")
 	managedEvents := flag.Int("managed-events", 4000, "events per run of the managed-instances section")
 	managedRuns := flag.Int("managed-runs", 3, "runs per setting of the managed-instances section")
 	only := flag.String("only", "", `run only one section ("managed": 6, Lambda Managed Instances) and print it (and write its report to -out, if given)`)
@@ -78,8 +80,23 @@ func main() {
 		})
 		fail(report(os.Stdout, path, f, "", "", extras{}))
 		return
+	} else if *only == "worstcase" {
+		// Section 7 from benchmark outputs alone (no moto, no emulator):
+		// its figure rows and tables, in Markdown, on stdout.
+		f, table, err := worstCaseFigures(*worstAfter, *worstBefore, *worstAdapterAfter, *worstAdapterBefore)
+		fail(err)
+		for _, fig := range f {
+			fmt.Printf("| %s | %s | %s | %s | %s |\n", fig.section, fig.name, fig.value, fig.target, fig.verdict)
+		}
+		fmt.Printf("\n%s", table)
+		for _, n := range []struct{ section, notes string }{{worstSection, worstMissedNotes}, {adapterSection, adapterMissedNotes}} {
+			if slices.ContainsFunc(f, func(fig figure) bool { return fig.section == n.section && fig.verdict == "MISSED" }) {
+				fmt.Printf("\n%s\n", n.notes)
+			}
+		}
+		return
 	} else if *only != "" {
-		fail(fmt.Errorf("-only %q: the one section that runs alone is managed", *only))
+		fail(fmt.Errorf("-only %q: the sections that run alone are managed and worstcase", *only))
 	}
 	moto := os.Getenv(ddblocal.EnvMoto)
 	if moto == "" {
@@ -115,7 +132,7 @@ func main() {
 	f, err = coldStart(ctx, moto, *rieBin, *boot, *starts)
 	fail(err)
 	figs = append(figs, f...)
-	f, worstTable, err := worstCaseFigures(*worstAfter, *worstBefore)
+	f, worstTable, err := worstCaseFigures(*worstAfter, *worstBefore, *worstAdapterAfter, *worstAdapterBefore)
 	fail(err)
 	figs = append(figs, f...)
 	f, err = managedInstances(ctx, *rieBin, *boot, *managedEvents, *managedRuns)
@@ -786,9 +803,10 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	}
 	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); "+
 		"`go test -run '^$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/` and "+
-		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` and "+
+		"`go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/sqsbatch/` (after, each run in turn with one of the fingerprint's; before: `-benchtime 1x -count 3` at `WORSTCASE_BASE`, with this tree's benchmark file, as `make bench` does) (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
 	if x.worstTable != "" {
-		fmt.Fprintf(&md, "\n### 7. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/canonjson/worstcase_test.go`), fingerprinted: canonical JSON written into SHA-256. "+
+		fmt.Fprintf(&md, "\n### 7. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/testing/worstcase`), fingerprinted: canonical JSON written into SHA-256. "+
 			"*Before* is the implementation canonjson had until issue 18 (kept as the test oracle), *after* the linear one. CPU time is the process's (getrusage), "+
 			"which a busy machine disturbs less than the wall time, also shown. A body nested deeper than 1,000 levels is refused (INVALID_PAYLOAD) before any other work.\n\n%s", x.worstTable)
 	}
@@ -797,8 +815,15 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	}
 	if missed {
 		fmt.Fprintf(&md, "\n## Targets missed\n\nEvery row marked MISSED above is a target this run did not meet on this machine.\n\n%s\n", missedNotes)
-		if slices.ContainsFunc(figs, func(f figure) bool { return f.section == worstSection && f.verdict == "MISSED" }) {
+		if slices.ContainsFunc(figs, func(f figure) bool {
+			return f.section == worstSection && f.verdict == "MISSED"
+		}) {
 			fmt.Fprintf(&md, "\n%s\n", worstMissedNotes)
+		}
+		if slices.ContainsFunc(figs, func(f figure) bool {
+			return f.section == adapterSection && f.verdict == "MISSED"
+		}) {
+			fmt.Fprintf(&md, "\n%s\n", adapterMissedNotes)
 		}
 	}
 	if x.freshProfile != "" {

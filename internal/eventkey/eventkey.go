@@ -35,7 +35,12 @@ type Extractor struct {
 	keySrc  string
 	key     jmespath.JMESPath
 	parts   []string // a name for each part of a list expression, for messages
+	plan    *plan    // what the key expression reads of a body; nil: all of it
 	payload jmespath.JMESPath
+	// payloadPath is the payload expression's members when it is a path
+	// (detail, detail.order, @): its value's raw bytes are fingerprinted.
+	payloadPath []string
+	pathPayload bool
 }
 
 // New compiles the key expression (empty means DefaultExpression) and the
@@ -50,6 +55,9 @@ func New(keyExpr, payloadExpr string) (*Extractor, error) {
 		return nil, fmt.Errorf("key expression %q: %w", keyExpr, err)
 	}
 	x.parts = partNames(keyExpr)
+	if ast, err := parsing.NewParser().Parse(keyExpr); err == nil {
+		x.plan = planOf(ast)
+	}
 	for i, name := range x.parts {
 		// A literal part is the operator's: one with the separator would
 		// make every event's key fail the domain's rule at run time.
@@ -60,6 +68,9 @@ func New(keyExpr, payloadExpr string) (*Extractor, error) {
 	if payloadExpr != "" {
 		if x.payload, err = jmespath.Compile(payloadExpr); err != nil {
 			return nil, fmt.Errorf("payload expression %q: %w", payloadExpr, err)
+		}
+		if ast, err := parsing.NewParser().Parse(payloadExpr); err == nil {
+			x.payloadPath, x.pathPayload = pathOf(ast)
 		}
 	}
 	return x, nil
@@ -88,7 +99,9 @@ func partNames(expr string) []string {
 }
 
 // Request returns the request for body: its key and the fingerprint of
-// its payload. The body is decoded once, for the expressions; the
+// its payload. The body is decoded for the key expression by plan (only
+// the values it reads are built; see decode.go), and in full only for a
+// payload expression, once the key and the fingerprint are good; the
 // fingerprint reads the raw bytes (a decoded map would forgive duplicate
 // member names, which canonical JSON refuses). A body nested deeper than
 // canonjson.MaxDepth is refused before it is decoded (INVALID_PAYLOAD); for
@@ -102,7 +115,13 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	if errors.Is(fpErr, canonjson.ErrTooDeep) {
 		return idem.Request{}, fpErr
 	}
-	doc, err := Decode(body)
+	var doc any
+	var err error
+	if x.plan != nil {
+		doc, err = decodePlanned(body, x.plan, fpErr == nil)
+	} else {
+		doc, err = Decode(body)
+	}
 	if err != nil {
 		return idem.Request{}, err
 	}
@@ -116,7 +135,25 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	if fpErr != nil {
 		return idem.Request{}, fpErr
 	}
+	if x.pathPayload {
+		// The body is canonical JSON (fpErr is nil): no duplicate names, no
+		// invalid text, so the raw bytes of the value the path selects
+		// fingerprint as its decoded and re-encoded form would, and a
+		// missing value is null, as JMESPath gives it.
+		if raw, ok := rawAt(body, x.payloadPath); ok {
+			if fp, err = idem.Fingerprint(raw); err != nil {
+				return idem.Request{}, err
+			}
+			return idem.Request{Key: key, Fingerprint: fp}, nil
+		}
+	}
 	if x.payload != nil {
+		if x.plan != nil {
+			// The planned decode accepted the body, so Decode does.
+			if doc, err = Decode(body); err != nil {
+				return idem.Request{}, err
+			}
+		}
 		sel, err := x.payload.Search(doc)
 		if err != nil {
 			return idem.Request{}, &idem.Error{Code: idem.CodeInvalidPayload, Message: "the payload expression could not be evaluated on this body"}

@@ -1,0 +1,5 @@
+//go:build race
+
+package eventkey
+
+const raceEnabled = true
