@@ -208,7 +208,15 @@ func crashRun(t *testing.T, action, cell string, run int) crashResult {
 			break
 		}
 		if resp.ErrorType != "" || !json.Valid(raw) {
-			emulated := f.emu.Log()[logFrom:]
+			// The emulator's line about the failure may reach its output
+			// after the answer: wait for it (bounded) before judging.
+			var emulated string
+			for wait := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				emulated = f.emu.Log()[logFrom:]
+				if strings.Contains(emulated, "errResetReceived") || time.Now().After(wait) {
+					break
+				}
+			}
 			if !initTimedOut(raw, emulated) {
 				t.Fatalf("%s/%s redelivery %d: the invocation failed (%q), and not by a timeout in the restarted runtime's init; the emulator's output meanwhile:\n%s", action, cell, attempt, raw, emulated)
 			}
