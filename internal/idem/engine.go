@@ -403,14 +403,22 @@ func (e *Engine) call(ctx context.Context, key string, fn Work) ([]byte, Effects
 	done := make(chan attempt, 1) // buffered: an abandoned action never blocks on it
 	go func() {
 		var a attempt
+		returned := false
 		defer func() {
 			if r := recover(); r != nil {
 				e.o.Logger.ErrorContext(ctx, "action panicked", "key", key, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				a = attempt{err: PermanentCode(CodePanic, fmt.Errorf("panic: %v", r))}
+			} else if !returned {
+				// runtime.Goexit (t.FailNow in a test's action, or a library
+				// that calls it): the action neither returned nor panicked,
+				// and its zero attempt must not pass for a success.
+				e.o.Logger.ErrorContext(ctx, "action exited its goroutine without returning", "key", key)
+				a = attempt{err: PermanentCode(CodePanic, errors.New("the action called runtime.Goexit"))}
 			}
 			done <- a
 		}()
 		a.result, a.effects, a.err = fn(ctx)
+		returned = true
 	}()
 	select {
 	case a := <-done:

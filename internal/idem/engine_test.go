@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -537,6 +538,20 @@ func TestPanicBecomesPermanentFailure(t *testing.T) {
 	}
 	if !strings.Contains(f.logs.String(), "goroutine") {
 		t.Errorf("panic stack not logged: %q", f.logs.String())
+	}
+}
+
+// An action that ends its goroutine with runtime.Goexit (t.FailNow inside
+// it, or a library that calls Goexit) neither returned nor panicked: it is
+// a PANIC, never a stored success with no result.
+func TestGoexitIsNotASuccess(t *testing.T) {
+	f := newFixture(t)
+	out, err := f.engine.Do(context.Background(), req(t, "evt:goexit-1:notify", `{}`), func(context.Context) ([]byte, error) {
+		runtime.Goexit()
+		return []byte(`"unreachable"`), nil
+	})
+	if errCode(err) != idem.CodePanic || out.Status == idem.StatusSucceeded {
+		t.Fatalf("got %v status %s; want PANIC, not SUCCEEDED", err, out.Status)
 	}
 }
 
