@@ -66,7 +66,13 @@ func (c Classifier) Error(status int, retryAfter string, now time.Time) error {
 		Class:      c.Class(status),
 		Code:       StatusCode(status),
 		RetryAfter: ParseRetryAfter(retryAfter, now),
-		Err:        &StatusError{Status: status},
+		// A 502 or 504 comes from a gateway in front of the receiver,
+		// which may have forwarded the request before it gave up: the
+		// origin may have it and still be acting on it, as after our own
+		// timeout. No further POST in this delivery (idem's Sent rule); a
+		// 429 or a 503 is the receiver saying it did not take it.
+		Sent: status == http.StatusBadGateway || status == http.StatusGatewayTimeout,
+		Err:  &StatusError{Status: status},
 	}
 }
 

@@ -196,7 +196,9 @@ func jsonPrefix(b []byte, limit int) string {
 //	2xx                          → success; the status and a short summary are stored
 //	                               (API: the reply's first bytes, which the caller
 //	                               gets; SQS: the reply's size, digest and a prefix)
-//	429, 502, 503, 504           → transient; Retry-After is honoured
+//	429, 502, 503, 504           → transient; Retry-After is honoured; 502 and
+//	                               504 (a gateway's: the origin may have the
+//	                               request) are marked Sent
 //	no complete reply (any error
 //	of the HTTP client: dial,
 //	DNS, TLS, reset, HTTP/2

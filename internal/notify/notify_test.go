@@ -28,20 +28,21 @@ func TestRepliesAreClassified(t *testing.T) {
 		reply fakewebhook.Reply
 		class idem.Class
 		after time.Duration
+		sent  bool // the receiver may have it: no further POST in this delivery
 	}{
-		{fakewebhook.Reply{Status: 429, RetryAfter: "7"}, idem.ClassTransient, 7 * time.Second},
-		{fakewebhook.Reply{Status: 502}, idem.ClassTransient, 0},
-		{fakewebhook.Reply{Status: 503}, idem.ClassTransient, 0},
-		{fakewebhook.Reply{Status: 504}, idem.ClassTransient, 0},
-		{fakewebhook.Reply{Status: 400}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 401}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 403}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 404}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 409}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 422}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 418}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Status: 500}, idem.ClassPermanent, 0},
-		{fakewebhook.Reply{Hang: true}, idem.ClassTransient, 0}, // the per-request timeout
+		{fakewebhook.Reply{Status: 429, RetryAfter: "7"}, idem.ClassTransient, 7 * time.Second, false},
+		{fakewebhook.Reply{Status: 502}, idem.ClassTransient, 0, true},
+		{fakewebhook.Reply{Status: 503}, idem.ClassTransient, 0, false},
+		{fakewebhook.Reply{Status: 504}, idem.ClassTransient, 0, true},
+		{fakewebhook.Reply{Status: 400}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 401}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 403}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 404}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 409}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 422}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 418}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Status: 500}, idem.ClassPermanent, 0, false},
+		{fakewebhook.Reply{Hang: true}, idem.ClassTransient, 0, true}, // the per-request timeout, once written
 	}
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.reply.Status), func(t *testing.T) {
@@ -65,6 +66,9 @@ func TestRepliesAreClassified(t *testing.T) {
 			var ce *idem.ClassifiedError
 			if errors.As(err, &ce) && ce.RetryAfter != tt.after {
 				t.Errorf("Retry-After %v; want %v", ce.RetryAfter, tt.after)
+			}
+			if got := idem.IsSent(err); got != tt.sent {
+				t.Errorf("sent %v (%v); want %v", got, err, tt.sent)
 			}
 		})
 	}
