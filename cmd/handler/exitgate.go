@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,6 +77,25 @@ func (g *exitGate) RoundTrip(req *http.Request) (*http.Response, error) {
 		(strings.HasSuffix(path, "/response") || strings.HasSuffix(path, "/error"))
 	if next && g.over() {
 		g.last(req)
+	}
+	// A streamed response (never sent by this function today) passes as it
+	// comes: buffering it would hold it back.
+	streamed := strings.EqualFold(req.Header.Get("Lambda-Runtime-Function-Response-Mode"), "streaming")
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil && !streamed {
+		// The proxy's request cannot be rewound, so net/http could not send
+		// an answer again on a fresh connection when the pooled one turned
+		// out closed before anything was written (aws-lambda-go's own
+		// client, with its bytes.Reader body, can): the answer would be lost.
+		// Buffered, it can; net/http resends a POST only when nothing of it
+		// was written.
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	}
 	resp, err := g.base.RoundTrip(req)
 	switch {
