@@ -168,13 +168,21 @@ func tuneRuntime(r config.Runtime) {
 // at init and never again (a new URL needs a new environment, as before);
 // until a read succeeds, every delivery goes back to be retried. Neither
 // the value nor an error about it names the URL: only the secret.
-func downstreamURLSecret(sm secretsource.API, cfg config.Config) *secretsource.Document[string] {
-	return secretsource.NewDocument(sm, cfg.DownstreamURLSecret, secretsource.NoRefresh, func(u string) (string, error) {
+func downstreamURLSecret(sm secretsource.API, cfg config.Config, logger *slog.Logger) *secretsource.Document[string] {
+	doc := secretsource.NewDocument(sm, cfg.DownstreamURLSecret, secretsource.NoRefresh, func(u string) (string, error) {
 		if err := config.CheckDownstreamURL(u); err != nil {
 			return "", err
 		}
 		return strings.TrimSpace(u), nil
 	})
+	// A read after init that fails (a permission removed, a value that is
+	// not a URL) says so in the log, not only in each attempt's line: the
+	// deliveries go back until a read succeeds. The error names the
+	// secret, never the value.
+	doc.OnRefreshError(func(err error) {
+		logger.Warn("downstream URL secret not read yet; deliveries go back to be retried until it is", "variable", config.EnvDownstreamURLSecret, "secret", cfg.DownstreamURLSecret, "error", err.Error())
+	})
+	return doc
 }
 
 // initRead is one secret's first read at init.
@@ -341,7 +349,7 @@ func newAction(cfg config.Config, sm secretsource.API, logger *slog.Logger) (wir
 	if cfg.DownstreamURLSecret == "" {
 		warnPlainHTTP(context.Background(), cfg.DownstreamURL, logger)
 	} else {
-		a.url = &lazyURL{doc: downstreamURLSecret(sm, cfg), secret: cfg.DownstreamURLSecret, template: a.notifier, logger: logger}
+		a.url = &lazyURL{doc: downstreamURLSecret(sm, cfg, logger), secret: cfg.DownstreamURLSecret, template: a.notifier, logger: logger}
 		a.do = a.url.Do
 		a.reads = append(a.reads, initRead{env: config.EnvDownstreamURLSecret, secret: cfg.DownstreamURLSecret, read: a.url.doc.Load, loaded: a.url.loaded})
 	}

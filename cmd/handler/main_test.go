@@ -8,9 +8,15 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/smithy-go"
+
+	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
@@ -143,4 +149,57 @@ func TestReadSecrets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deniedAfterOutage is Secrets Manager down at the cold start, then
+// refusing the function's role: the URL's secret never reads.
+type deniedAfterOutage struct{ calls atomic.Int64 }
+
+func (d *deniedAfterOutage) GetSecretValue(context.Context, *secretsmanager.GetSecretValueInput, ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	if d.calls.Add(1) == 1 {
+		return nil, &smithy.GenericAPIError{Code: "ServiceUnavailable", Message: "down", Fault: smithy.FaultServer}
+	}
+	return nil, &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "no", Fault: smithy.FaultClient}
+}
+
+// A URL secret that could not be read at init and fails again later says so
+// in the log, naming the variable and the secret: its deliveries go back
+// until it reads, and the attempts' lines alone would not tell why.
+func TestTheURLSecretsLaterFailuresAreLogged(t *testing.T) {
+	var logs syncBuffer
+	cfg := config.Config{DownstreamURLSecret: "oncely/downstream-url"}
+	doc := downstreamURLSecret(&deniedAfterOutage{}, cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+	ctx := context.Background()
+	if err := doc.Load(ctx); idem.Classify(err) != idem.ClassTransient {
+		t.Fatalf("init read: %v; want the outage, transient", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "downstream URL secret not read yet") {
+		if time.Now().After(deadline) {
+			t.Fatalf("logged %q; want a warning about the URL secret", logs.String())
+		}
+		_, _ = doc.Get(ctx)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s := logs.String(); !strings.Contains(s, cfg.DownstreamURLSecret) || !strings.Contains(s, config.EnvDownstreamURLSecret) {
+		t.Errorf("logged %q; want the secret and its variable named", s)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the reads' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
