@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -96,6 +97,13 @@ func (q *Quota) Remaining() uint { return q.bucket.Remaining() }
 // GetToken implements retry.RateLimiter: the SDK's bucket, saying when it
 // starts and stops refusing retries. The SDK calls it for retries only.
 func (q *Quota) GetToken(ctx context.Context, cost uint) (func() error, error) {
+	if completes(ctx) {
+		// The write that records an action's outcome comes after its side
+		// effect: braking it leaves the record IN_PROGRESS, and the next
+		// delivery after the lease does the side effect again. It keeps its
+		// own attempts (DynamoDB's 4) and takes nothing from the bucket.
+		return noRelease, nil
+	}
 	q.mu.Lock()
 	release, err := q.bucket.GetToken(ctx, cost)
 	var spent ratelimit.QuotaExceededError
@@ -161,3 +169,17 @@ func (q *Quota) standard(fns ...func(*retry.StandardOptions)) *retry.Standard {
 func standardMode(m aws.RetryMode) bool {
 	return m == "" || m == aws.RetryModeStandard
 }
+
+// completionOperations are the DynamoDB operations the store records an
+// outcome with: Complete and Fail (UpdateItem), and a completion with
+// effects (TransactWriteItems). Reserve and TakeOver (PutItem), reads and
+// every other service's calls come before any side effect: braked.
+var completionOperations = map[string]bool{"UpdateItem": true, "TransactWriteItems": true}
+
+// completes reports whether the call in ctx (the SDK's middleware context,
+// which the retryer hands the rate limiter) records an action's outcome.
+func completes(ctx context.Context) bool {
+	return awsmiddleware.GetServiceID(ctx) == dynamodb.ServiceID && completionOperations[awsmiddleware.GetOperationName(ctx)]
+}
+
+func noRelease() error { return nil }

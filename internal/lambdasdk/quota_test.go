@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
@@ -319,5 +320,48 @@ func TestQuotaIsTheSDKsDefault(t *testing.T) {
 	}
 	if n != int(lambdasdk.QuotaTokens/lambdasdk.RetryCost) {
 		t.Errorf("the SDK's bucket pays %d other retries; ours pays %d/%d", n, lambdasdk.QuotaTokens, lambdasdk.RetryCost)
+	}
+}
+
+// The write that records an action's outcome is never braked: with the
+// quota spent, a reservation (PutItem) makes one attempt, and a completion
+// (UpdateItem) or a completion with effects (TransactWriteItems) still
+// makes DynamoDB's four. Braking it would leave the record IN_PROGRESS
+// after the side effect, and the next delivery would do it again.
+func TestTheQuotaNeverBrakesACompletion(t *testing.T) {
+	quota := lambdasdk.NewQuota(nil)
+	for {
+		if _, err := quota.GetToken(context.Background(), lambdasdk.ThrottlingRetryCost); err != nil {
+			break // spent
+		}
+	}
+	for _, tt := range []struct {
+		op   string
+		call func(context.Context, *dynamodb.Client) error
+		want int64
+	}{
+		{"PutItem", func(ctx context.Context, c *dynamodb.Client) error {
+			_, err := c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}})
+			return err
+		}, 1},
+		{"UpdateItem", func(ctx context.Context, c *dynamodb.Client) error {
+			_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}})
+			return err
+		}, 4},
+		{"TransactWriteItems", func(ctx context.Context, c *dynamodb.Client) error {
+			_, err := c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Put: &types.Put{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}}}}}})
+			return err
+		}, 4},
+	} {
+		t.Run(tt.op, func(t *testing.T) {
+			down := newThrottlingAWS(t)
+			client := lambdasdk.DynamoDB(awsConfig(down.srv.URL), quota, func(o *dynamodb.Options) { o.Retryer = quickBackoff(o.Retryer) })
+			if err := tt.call(context.Background(), client); err == nil {
+				t.Fatal("a throttled call succeeded")
+			}
+			if got := down.requests.Load(); got != tt.want {
+				t.Errorf("%s made %d attempts with the quota spent; want %d", tt.op, got, tt.want)
+			}
+		})
 	}
 }
