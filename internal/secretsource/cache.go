@@ -70,6 +70,17 @@ type flight struct {
 	err  error
 }
 
+// wait waits for the read to end, or for ctx to: the read's error, or
+// ctx's.
+func (f *flight) wait(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 const (
 	// readTimeout bounds each read (every stage of it: they run at once)
 	// after init. Three GetSecretValue calls in a region answer in tens of
@@ -167,13 +178,7 @@ func (c *cache[T]) run(ctx context.Context, timeout time.Duration, f *flight, qu
 // error only while no value is held: the read's error, or ctx's, both
 // transient for the caller (the value may come with the next read).
 func (c *cache[T]) wait(ctx context.Context, f *flight) (T, error) {
-	var err error
-	select {
-	case <-f.done:
-		err = f.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
+	err := f.wait(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded {
@@ -236,12 +241,7 @@ func (c *cache[T]) reload(ctx context.Context) (prev, next T, err error) {
 	}
 	f := c.start(ctx, timeout, true)
 	c.mu.Unlock()
-	select {
-	case <-f.done:
-		err = f.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
+	err = f.wait(ctx)
 	c.mu.Lock()
 	next = c.value
 	c.mu.Unlock()
@@ -289,13 +289,7 @@ func (c *cache[T]) recheck(ctx context.Context, mark uint64) (T, error) {
 		f = c.start(ctx, readTimeout, false)
 	}
 	c.mu.Unlock()
-	var err error
-	select {
-	case <-f.done:
-		err = f.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
+	err := f.wait(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err == nil && c.held < f.n {
