@@ -84,7 +84,7 @@ func TestTransient503Then200AcrossTwoDeliveries(t *testing.T) {
 
 func TestTransient503RetriedInCall(t *testing.T) {
 	h := newHarness(t)
-	h.down.Script(keyA, fakewebhook.Reply{Status: 503}, fakewebhook.Reply{Status: 502})
+	h.down.Script(keyA, fakewebhook.Reply{Status: 503}, fakewebhook.Reply{Status: 429})
 	if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); len(f) != 0 {
 		t.Fatalf("failures %v; want none", f)
 	}
@@ -93,6 +93,25 @@ func TestTransient503RetriedInCall(t *testing.T) {
 	}
 	if got := h.recorded(); !cmp.Equal(got, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}) {
 		t.Errorf("backoff %v; want [10ms 20ms]", got)
+	}
+}
+
+// A 502 or 504 comes from a gateway that may have forwarded the request:
+// like a timeout once written, it ends the delivery's attempts (one POST,
+// nothing slept), and the message goes back for a later delivery.
+func TestGateway502EndsTheDelivery(t *testing.T) {
+	for _, status := range []int{502, 504} {
+		h := newHarness(t)
+		h.down.Script(keyA, fakewebhook.Reply{Status: status})
+		if f := failed(h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})); !cmp.Equal(f, []string{"m1"}) {
+			t.Fatalf("%d: failures %v; want [m1]: back to the queue", status, f)
+		}
+		if n := h.down.Count(keyA); n != 1 {
+			t.Errorf("%d: deliveries %d; want 1", status, n)
+		}
+		if got := h.recorded(); len(got) != 0 {
+			t.Errorf("%d: slept %v; want no in-call retry", status, got)
+		}
 	}
 }
 
