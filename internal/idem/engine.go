@@ -325,13 +325,8 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 			e.o.Logger.WarnContext(ctx, "unclassified action error", "key", rec.Key, "error", err.Error(), "type", fmt.Sprintf("%T", err), "treated_as", ClassPermanent.String())
 			class = ClassPermanent
 		}
-		switch class {
-		case ClassTransient:
-		case ClassOutcomeUnknown:
-			// The side effect may have happened: do not run it again.
-			return e.fail(sctx, out, res, &Error{Code: codeOf(err, CodeOutcomeUnknown), Message: err.Error(), Err: err}, false)
-		default:
-			return e.fail(sctx, out, res, &Error{Code: codeOf(err, CodePermanentFailure), Message: err.Error(), Err: err}, false)
+		if class != ClassTransient {
+			return e.settle(sctx, out, res, err)
 		}
 		if p.keyCapReached(out.Attempts) {
 			return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
@@ -365,6 +360,18 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		out.Delays = append(out.Delays, delay)
 		out.Attempts++
 	}
+}
+
+// settle stores the verdict on an action's error that is not transient:
+// OUTCOME_UNKNOWN when the side effect may have happened (it is not run
+// again), a permanent failure otherwise (unmarked errors included), with
+// the error's own code when it carries one.
+func (e *Engine) settle(ctx context.Context, out Outcome, res Reservation, err error) Outcome {
+	code := CodePermanentFailure
+	if Classify(err) == ClassOutcomeUnknown {
+		code = CodeOutcomeUnknown
+	}
+	return e.fail(ctx, out, res, &Error{Code: codeOf(err, code), Message: err.Error(), Err: err}, false)
 }
 
 // release records a transient failure as retryable FAILED, keeping the
@@ -466,15 +473,13 @@ func (e *Engine) late(ctx context.Context, out Outcome, res Reservation, done <-
 	defer e.abandoned.Add(-1)
 	wctx, cancel := context.WithTimeout(ctx, e.o.Budget.storeReserve())
 	defer cancel()
-	switch class := Classify(a.err); {
+	switch {
 	case a.err == nil:
 		out = e.complete(wctx, out, res, a.result, a.effects)
-	case class == ClassTransient:
+	case Classify(a.err) == ClassTransient:
 		out = e.release(wctx, out, res, a.err, 0)
-	case class == ClassOutcomeUnknown:
-		out = e.fail(wctx, out, res, &Error{Code: codeOf(a.err, CodeOutcomeUnknown), Message: a.err.Error(), Err: a.err}, false)
-	default: // permanent, or unmarked (permanent by the engine's rule)
-		out = e.fail(wctx, out, res, &Error{Code: codeOf(a.err, CodePermanentFailure), Message: a.err.Error(), Err: a.err}, false)
+	default: // permanent, outcome unknown, or unmarked (permanent by the engine's rule)
+		out = e.settle(wctx, out, res, a.err)
 	}
 	e.o.Logger.InfoContext(ctx, "abandoned action returned", "key", out.Key, "outcome", string(out.Label()), "stored", out.Stored)
 }
