@@ -100,7 +100,8 @@ type Release struct {
 // Released returns the record that releasing r writes: FAILED and
 // retryable with code RELEASED (its message names the state it replaces),
 // Attempts 0 so that the next delivery starts a full count, rel.Token, the
-// lease ended at rel.Now, rel.Audit, and UpdatedAt rel.Now. The key,
+// lease ended at rel.Now, no hold-off (the operator's release is the one
+// way to end a hold-off early), rel.Audit, and UpdatedAt rel.Now. The key,
 // fingerprint, retention and CreatedAt are kept; a result is dropped. It
 // is the one definition of a released record; stores write it as it is.
 func (r Record) Released(rel Release) Record {

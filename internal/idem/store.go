@@ -32,8 +32,14 @@ type Record struct {
 	ErrorCode    Code
 	ErrorMessage string
 	Retryable    bool
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// HoldUntil, on a retryable FAILED record, is when it may be taken
+	// over: the engine's pause after a request that may have reached its
+	// receiver (Options.SentPause), which may still be acting on it. Zero
+	// (every record without a hold, and every record written before holds
+	// existed) means at once.
+	HoldUntil time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// Audit is what operators did to the record by hand (who, when, why),
 	// at most MaxAudit bytes. It is opaque to the engine; take-overs carry
 	// it forward, so it survives the next delivery.
@@ -46,16 +52,27 @@ type Record struct {
 func (r Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 
 // Claimable reports whether a new owner may take the record over at now:
-// an IN_PROGRESS record whose lease has ended, or a retryable FAILED one.
-// A lease that ends exactly at now has ended.
+// an IN_PROGRESS record whose lease has ended, or a retryable FAILED one
+// whose hold-off has ended. A lease or hold-off that ends exactly at now
+// has ended.
 func (r Record) Claimable(now time.Time) bool {
 	switch r.Status {
 	case StatusInProgress:
 		return !now.Before(r.LeaseUntil)
 	case StatusFailed:
-		return r.Retryable
+		return r.Retryable && !now.Before(r.HoldUntil)
 	}
 	return false
+}
+
+// BusyUntil is when a record that is not claimable now but will be (an
+// IN_PROGRESS lease, a retryable failure's hold-off) becomes claimable:
+// what a refused caller waits for.
+func (r Record) BusyUntil() time.Time {
+	if r.Status == StatusFailed {
+		return r.HoldUntil
+	}
+	return r.LeaseUntil
 }
 
 // Reservation is a request to own a key.
@@ -80,6 +97,9 @@ type Finish struct {
 	ErrorCode    Code
 	ErrorMessage string
 	Retryable    bool
+	// HoldUntil, on a retryable failure, is the hold-off to store
+	// (Record.HoldUntil); zero stores none.
+	HoldUntil time.Time
 }
 
 // Store keeps records and makes the reservation atomic. This comment is the
@@ -121,11 +141,12 @@ type Store interface {
 
 	// TakeOver replaces prev, a record the engine found Claimable, with an
 	// IN_PROGRESS record owned by r.Token, with Attempts prev.Attempts+1,
-	// prev.CreatedAt, prev.Audit, and no result or failure fields. It is a
-	// compare-and-swap: it succeeds only if the stored record still has
-	// prev's token, status and attempts, r.Fingerprint, and is still
-	// claimable and unexpired at r.Now. Of many racing take-overs of one
-	// record, exactly one succeeds.
+	// prev.CreatedAt, prev.Audit, and no result, failure or hold-off
+	// fields. It is a compare-and-swap: it succeeds only if the stored
+	// record still has prev's token, status and attempts, r.Fingerprint,
+	// and is still claimable (its lease or hold-off ended) and unexpired at
+	// r.Now, judged on the stored values, never on prev's. Of many racing
+	// take-overs of one record, exactly one succeeds.
 	//
 	// If the swap fails, TakeOver writes nothing and returns the record it
 	// found (zero Record with acquired false if it found none or an expired
@@ -141,10 +162,11 @@ type Store interface {
 	// error with code RESULT_TOO_LARGE naming the size and the limit.
 	Complete(ctx context.Context, f Finish) error
 
-	// Fail marks f.Key FAILED with f's error fields, f.Attempts and
-	// f.ExpiresAt if the stored token is f.Token; otherwise it writes
-	// nothing and returns ErrLeaseLost. A retryable failure releases the
-	// key for a take-over.
+	// Fail marks f.Key FAILED with f's error fields, f.Attempts,
+	// f.ExpiresAt and f.HoldUntil (when not zero) if the stored token is
+	// f.Token; otherwise it writes nothing and returns ErrLeaseLost. A
+	// retryable failure releases the key for a take-over once its
+	// hold-off, if any, has ended; no take-over succeeds before.
 	Fail(ctx context.Context, f Finish) error
 
 	// Get returns the record for key, with found false if there is none or

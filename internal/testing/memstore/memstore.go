@@ -125,6 +125,7 @@ func (s *Store) Complete(_ context.Context, f idem.Finish) error {
 			rec.Result = []byte{}
 		}
 		rec.ErrorCode, rec.ErrorMessage, rec.Retryable = "", "", false
+		rec.HoldUntil = time.Time{}
 	})
 }
 
@@ -134,6 +135,7 @@ func (s *Store) Fail(_ context.Context, f idem.Finish) error {
 		rec.Status = idem.StatusFailed
 		rec.Result = nil
 		rec.ErrorCode, rec.ErrorMessage, rec.Retryable = f.ErrorCode, f.ErrorMessage, f.Retryable
+		rec.HoldUntil = f.HoldUntil
 	})
 }
 

@@ -86,6 +86,7 @@ func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
 		{"UnknownOutcomeOnlyWithConsent", testUnknownOutcome},
 		{"ForgetIsCompareAndSwap", testForgetCAS},
 		{"ForgetResentIsRecognised", testForgetResent},
+		{"ReleaseClearsTheHoldOff", testReleaseClearsHoldOff},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })

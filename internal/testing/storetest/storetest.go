@@ -80,6 +80,8 @@ func RunStoreTests(t *testing.T, h Harness) {
 		{"OwnTokenOnAFinishedRecordIsNotOwnership", testOwnTokenFinished},
 		{"ExpiredRecordIsNotTakenOver", testExpiredNotTakenOver},
 		{"TakeOverKeepsTheAudit", testTakeOverKeepsAudit},
+		{"HoldOffRefusesReservationsUntilItEnds", testHoldOff},
+		{"FailWithoutHoldOffStoresNone", testFailWithoutHoldOff},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -61,6 +61,10 @@ var broken = map[string]struct {
 			"ConcurrentTakeOverHasOneWinner", "ResultsOfEveryShapeRoundTrip", "GetMissingKey", "RepeatedWriteWithOwnTokenIsOwned"}},
 	"forgets-attempts": {store: func() idem.Store { return forgetsAttempts{memstore.New()} },
 		mustFail: []string{"ExpiredLeaseTakenOver", "RetryableFailureTakenOver", "RepeatedWriteWithOwnTokenIsOwned"}},
+	"drops-hold": {store: func() idem.Store { return dropsHold{memstore.New()} },
+		mustFail: []string{"HoldOffRefusesReservationsUntilItEnds"}},
+	"takes-over-held": {store: func() idem.Store { return takesOverHeld{memstore.New()} },
+		mustFail: []string{"HoldOffRefusesReservationsUntilItEnds"}},
 	"loses-failures": {store: func() idem.Store { return losesFailures{memstore.New()} },
 		mustFail: []string{"DuplicateOfFailedKey", "RetryableFailureTakenOver"}},
 	"owns-nothing-twice": {store: func() idem.Store { return ownsNothingTwice{memstore.New()} },
@@ -237,6 +241,28 @@ type losesFailures struct{ *memstore.Store }
 func (s losesFailures) Fail(ctx context.Context, f idem.Finish) error {
 	f.ErrorCode, f.ErrorMessage, f.Retryable = "", "", false
 	return s.Store.Fail(ctx, f)
+}
+
+// dropsHold stores a failure without its hold-off.
+type dropsHold struct{ *memstore.Store }
+
+func (s dropsHold) Fail(ctx context.Context, f idem.Finish) error {
+	f.HoldUntil = time.Time{}
+	return s.Store.Fail(ctx, f)
+}
+
+// takesOverHeld judges a take-over by the caller's copy of the record: a
+// caller blind to the hold-off takes the key over during it.
+type takesOverHeld struct{ *memstore.Store }
+
+func (s takesOverHeld) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	if prev.Claimable(r.Now) && prev.Status == idem.StatusFailed {
+		// Swap at the stored hold-off's end, as if now were past it.
+		if cur, ok, _ := s.Store.Get(ctx, r.Key, r.Now); ok && cur.HoldUntil.After(r.Now) {
+			r.Now = cur.HoldUntil
+		}
+	}
+	return s.Store.TakeOver(ctx, prev, r)
 }
 
 // ownsNothingTwice refuses a repeated write of the owner's own token.
