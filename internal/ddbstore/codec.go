@@ -58,9 +58,11 @@ var (
 	completeNames = names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt, AttrResult, AttrResultEnc)
 	failNames     = names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt,
 		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK)
+	failHeldNames = names(AttrStatus, AttrToken, AttrAttempts, AttrExpiresAt, AttrUpdatedAt,
+		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK, AttrHoldUntil)
 	swapNames      = names(swapAttrs...)
 	swapLeaseNames = names(slices.Concat(swapAttrs, []string{AttrLeaseUntil})...)
-	takeOverNames  = names(slices.Concat(swapAttrs, []string{AttrFingerprint, AttrLeaseUntil, AttrRetryable})...)
+	takeOverNames  = names(slices.Concat(swapAttrs, []string{AttrFingerprint, AttrLeaseUntil, AttrRetryable, AttrHoldUntil})...)
 	triageNames    = names(AttrTriage)
 )
 
@@ -139,6 +141,9 @@ func (s *Store) item(rec idem.Record) map[string]types.AttributeValue {
 		item[AttrErrorMsg] = str(rec.ErrorMessage)
 		item[AttrRetryable] = &types.AttributeValueMemberBOOL{Value: rec.Retryable}
 		item[AttrTriage], item[AttrTriageSK] = s.triageKey(triageFailed, rec.Key, rec.UpdatedAt)
+		if !rec.HoldUntil.IsZero() {
+			item[AttrHoldUntil] = ms(rec.HoldUntil)
+		}
 	}
 	if rec.Audit != "" {
 		item[AttrAudit] = str(rec.Audit)
@@ -165,6 +170,10 @@ func completeValues(f idem.Finish, result types.AttributeValue, enc string) map[
 // triage index (see admin.go). Its names are failNames.
 const failExpression = "SET #status = :failed, #error_code = :code, #error_message = :msg, #retryable = :retryable, " +
 	"#attempts = :attempts, #expires_at = :expires, #updated_at = :now_ms, #triage = :triage, #triage_sk = :triage_sk"
+
+// failHeldExpression is failExpression with a hold-off (idem.Finish.HoldUntil,
+// value :hold). Its names are failHeldNames.
+const failHeldExpression = failExpression + ", #hold_until = :hold"
 
 // failValues are failExpression's values, and the token it is fenced by.
 func (s *Store) failValues(f idem.Finish) map[string]types.AttributeValue {
@@ -323,6 +332,9 @@ func decode(item map[string]types.AttributeValue, namespace string) (idem.Record
 	}
 	if v, ok := item[AttrRetryable].(*types.AttributeValueMemberBOOL); ok {
 		rec.Retryable = v.Value
+	}
+	if _, ok := item[AttrHoldUntil]; ok {
+		rec.HoldUntil = time.UnixMilli(d.n(AttrHoldUntil))
 	}
 	if v, ok := item[AttrResult]; ok {
 		var raw []byte

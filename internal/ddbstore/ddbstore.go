@@ -38,23 +38,27 @@ const (
 	AttrAttempts    = "attempts"
 	AttrToken       = "token"
 	AttrLeaseUntil  = "lease_until" // epoch milliseconds
-	AttrExpiresAt   = "expires_at"  // epoch seconds
-	AttrResult      = "result"      // B
-	AttrResultEnc   = "result_encoding"
-	AttrErrorCode   = "error_code"
-	AttrErrorMsg    = "error_message"
-	AttrRetryable   = "retryable"
-	AttrCreatedAt   = "created_at" // epoch milliseconds
-	AttrUpdatedAt   = "updated_at" // epoch milliseconds
-	AttrReason      = "reason"     // poison notes
-	AttrBodySHA256  = "body_sha256"
-	AttrDetail      = "detail"
-	AttrBodySize    = "body_size"
-	AttrPoisonKey   = "event_key" // poison notes, when the message gave a key; absent in older notes
-	TTLAttribute    = AttrExpiresAt
-	StatusPoison    = "POISON"
-	encodingGzip    = "gzip"
-	encodingNone    = "none"
+	// AttrHoldUntil is a retryable failure's hold-off (idem.Record.HoldUntil),
+	// epoch milliseconds; absent when there is none. Fail writes it; Reserve,
+	// TakeOver and an operator's Release write whole items without it.
+	AttrHoldUntil  = "hold_until"
+	AttrExpiresAt  = "expires_at" // epoch seconds
+	AttrResult     = "result"     // B
+	AttrResultEnc  = "result_encoding"
+	AttrErrorCode  = "error_code"
+	AttrErrorMsg   = "error_message"
+	AttrRetryable  = "retryable"
+	AttrCreatedAt  = "created_at" // epoch milliseconds
+	AttrUpdatedAt  = "updated_at" // epoch milliseconds
+	AttrReason     = "reason"     // poison notes
+	AttrBodySHA256 = "body_sha256"
+	AttrDetail     = "detail"
+	AttrBodySize   = "body_size"
+	AttrPoisonKey  = "event_key" // poison notes, when the message gave a key; absent in older notes
+	TTLAttribute   = AttrExpiresAt
+	StatusPoison   = "POISON"
+	encodingGzip   = "gzip"
+	encodingNone   = "none"
 )
 
 // Item size limits. DynamoDB's limit is 400 KB, attribute names included.
@@ -202,8 +206,13 @@ func (s *Store) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservati
 		Audit: prev.Audit,
 	}
 	item := s.item(rec)
+	// A held-off failure (its last request may still be with the receiver)
+	// is refused until the hold ends, judged on the stored value: a caller
+	// that read the record before the hold was written, or ignores it,
+	// cannot take the key over early.
 	swap := swapOn(prev, r.Now).and("#fingerprint = :fp AND "+
-		"((#status = :in_progress AND #lease_until <= :now_ms) OR (#status = :failed AND #retryable = :true))",
+		"((#status = :in_progress AND #lease_until <= :now_ms) OR "+
+		"(#status = :failed AND #retryable = :true AND (attribute_not_exists(#hold_until) OR #hold_until <= :now_ms)))",
 		takeOverNames,
 		map[string]types.AttributeValue{
 			":fp":          str(r.Fingerprint),
@@ -241,8 +250,14 @@ func (s *Store) Complete(ctx context.Context, f idem.Finish) error {
 }
 
 // Fail implements idem.Store: one UpdateItem fenced by the token. It puts
-// the record in the triage index (see admin.go).
+// the record in the triage index (see admin.go), and writes the hold-off
+// when there is one.
 func (s *Store) Fail(ctx context.Context, f idem.Finish) error {
+	if !f.HoldUntil.IsZero() {
+		v := s.failValues(f)
+		v[":hold"] = ms(f.HoldUntil)
+		return s.finish(ctx, f, failHeldExpression, failHeldNames, v)
+	}
 	return s.finish(ctx, f, failExpression, failNames, s.failValues(f))
 }
 

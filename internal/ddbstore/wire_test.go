@@ -224,6 +224,26 @@ func TestWireFormatIsPinned(t *testing.T) {
 			ConditionExpression: aws.String("attribute_not_exists(pk)")}}})
 	}, pk(r8.Key))
 
+	// A failure held off after a sent request (hold_until), and an
+	// operator's release, which clears the hold-off.
+	r9 := reserve("evt:wire-9:x", "tok-9", at)
+	step("Reserve", owned(r9), pk(r9.Key))
+	f9 := finish(r9, 1)
+	f9.ErrorCode, f9.ErrorMessage, f9.Retryable = idem.CodeTransientFailure, "the request timed out once written", true
+	f9.HoldUntil = f9.Now.Add(5 * time.Second)
+	step("Fail held off", func() error { return a.Fail(ctx, f9) }, pk(r9.Key))
+	held, _, err := a.Get(ctx, r9.Key, f9.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("Release held off", func() error {
+		_, ok, err := a.Release(ctx, held, idem.Release{Token: "tok-rel-9", Now: f9.Now.Add(time.Second), Audit: "dave: the receiver is done"})
+		if !ok {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		return err
+	}, pk(r9.Key))
+
 	// The reads: every listing shape, and the notes.
 	reads := func() error {
 		for _, q := range []ddbstore.Query{
