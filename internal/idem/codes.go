@@ -180,8 +180,11 @@ type Error struct {
 	// has the rest.
 	Message   string
 	Retryable bool
-	// RetryAfter, when positive, is when a retry may succeed (the lease's end
-	// for IN_PROGRESS, the downstream's Retry-After for transient failures).
+	// RetryAfter, when positive, is when a retry may succeed: the lease's
+	// or the hold-off's end for IN_PROGRESS, the lease's end for ABANDONED,
+	// the downstream's Retry-After for transient failures, and after a
+	// request that may have reached its receiver at least Options.SentPause
+	// (for which the key is held off). Adapters wait at least this long.
 	RetryAfter time.Duration
 	// Err is the underlying cause, when there is one in this process.
 	Err error

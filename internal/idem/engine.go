@@ -38,6 +38,26 @@ type Options struct {
 	Lease time.Duration
 	// Retention is how long a record is kept (expires_at). Zero means 24h.
 	Retention time.Duration
+	// SentPause is the least time between an attempt whose request may
+	// have reached its receiver (ClassifiedError.Sent: a timeout or a
+	// reset once written) and the next attempt at the same key: the
+	// receiver may still be acting on the first. Set it to the action's
+	// request timeout (the ready function uses NOTIFY_TIMEOUT): the
+	// receiver then gets as long again as it already had. The engine
+	// enforces it through the store, on every path:
+	//   - the release after such a failure holds the key off until the
+	//     pause has passed (Record.HoldUntil): a reservation or take-over
+	//     meanwhile is refused as IN_PROGRESS, whatever the caller's
+	//     backoff;
+	//   - every lease is written this much past the end of the work's own
+	//     lease, so that neither an abandoned action (which may still be
+	//     running) nor a crashed worker's key is taken over sooner: a
+	//     crash's recovery takes SentPause longer;
+	//   - the outcome's RetryAfter is at least SentPause after a sent
+	//     failure, and at least the receiver's own Retry-After.
+	// Zero means no pause: a sent failure is released at once, as for an
+	// action that makes no outbound request.
+	SentPause time.Duration
 	// Now is the clock. Nil means time.Now. The same clock stamps records
 	// and judges their expiry.
 	Now func() time.Time
@@ -194,11 +214,15 @@ func (e *Engine) reservation(ctx context.Context, req Request, now time.Time) (R
 		return Reservation{}, time.Time{}, &Error{Code: CodeInvalidPayload, Message: "fingerprint must be 64 hex digits; build requests with NewRequest"}
 	}
 	deadline, _ := ctx.Deadline()
-	leaseUntil := e.leaseEnd(deadline, now)
-	workEnd := e.o.Budget.WorkDeadline(leaseUntil, deadline)
+	workLease := e.leaseEnd(deadline, now)
+	workEnd := e.o.Budget.WorkDeadline(workLease, deadline)
 	if !e.o.Budget.CanStart(now, workEnd) {
 		return Reservation{}, time.Time{}, &Error{Code: CodeDeadline, Message: fmt.Sprintf("too little time left to start: %v until the work deadline", workEnd.Sub(now).Round(time.Millisecond)), Retryable: true}
 	}
+	// The stored lease runs the pause past the work's: an owner that
+	// crashed, or an action abandoned while it may still be sending, keeps
+	// the key until a request it made has had the pause to finish.
+	leaseUntil := workLease.Add(e.o.SentPause)
 	expires := now.Add(e.o.Retention)
 	if expires.Before(leaseUntil) {
 		// Retention never ends before the lease: an expired record counts
@@ -275,9 +299,13 @@ func (e *Engine) existing(out Outcome, rec Record, res Reservation) (Outcome, bo
 		return out, true
 	case rec.Claimable(res.Now):
 		return out, false
+	case rec.Status == StatusFailed: // released under a hold-off: its receiver may still be acting on the last request
+		out.Status = rec.Status
+		out.Err = &Error{Code: CodeInProgress, Message: "the key is held off: the last attempt's request may still be with its receiver", Retryable: true, RetryAfter: rec.BusyUntil().Sub(res.Now)}
+		return out, true
 	default: // IN_PROGRESS with a live lease
 		out.Status = rec.Status
-		out.Err = &Error{Code: CodeInProgress, Message: "another worker holds the key", Retryable: true, RetryAfter: rec.LeaseUntil.Sub(res.Now)}
+		out.Err = &Error{Code: CodeInProgress, Message: "another worker holds the key", Retryable: true, RetryAfter: rec.BusyUntil().Sub(res.Now)}
 		return out, true
 	}
 }
@@ -334,9 +362,8 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		if IsSent(err) {
 			// The receiver may have the request and still be acting on it:
 			// a second attempt now could do the side effect twice at once.
-			// The delivery ends here, and the caller's backoff gives the
-			// receiver time to finish or to recognise the retry by its key.
-			// This is the one place the rule lives.
+			// The delivery ends here; release holds the key off for the
+			// pause (Options.SentPause).
 			return e.release(sctx, out, res, err, retryAfterOf(err))
 		}
 		delay, ok := p.Delay(out.Calls, retryAfterOf(err), e.o.Random())
@@ -378,8 +405,19 @@ func (e *Engine) settle(ctx context.Context, out Outcome, res Reservation, err e
 // attempt count and the last error, so a later delivery takes the key over.
 // retryAfter, when positive, is a pause the downstream asked for that was
 // not honoured in-call; the outcome carries it for the caller.
+//
+// After a failure whose request may have reached its receiver (IsSent),
+// this is the one place the pause is decided: the record is held off for
+// Options.SentPause, which the store enforces in every reservation and
+// take-over, and the outcome's RetryAfter is at least that long, so that
+// each adapter's delay (SQS visibility, API Retry-After) is too.
 func (e *Engine) release(ctx context.Context, out Outcome, res Reservation, err error, retryAfter time.Duration) Outcome {
-	return e.fail(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), RetryAfter: retryAfter, Err: err}, true)
+	var hold time.Time
+	if pause := e.o.SentPause; pause > 0 && IsSent(err) {
+		hold = e.o.Now().Add(pause)
+		retryAfter = max(retryAfter, pause)
+	}
+	return e.failHeld(ctx, out, res, &Error{Code: CodeTransientFailure, Message: err.Error(), RetryAfter: retryAfter, Err: err}, true, hold)
 }
 
 // attempt is what one execution of the action returned.
@@ -525,6 +563,11 @@ func (e *Engine) complete(ctx context.Context, out Outcome, res Reservation, res
 // message built here, the underlying error: hosts, tables, panic values,
 // the last error) goes to this attempt's log line, with the key.
 func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool) Outcome {
+	return e.failHeld(ctx, out, res, failure, retryable, time.Time{})
+}
+
+// failHeld is fail with a hold-off for the released record (zero: none).
+func (e *Engine) failHeld(ctx context.Context, out Outcome, res Reservation, failure *Error, retryable bool, hold time.Time) Outcome {
 	level := slog.LevelWarn
 	if retryable {
 		level = slog.LevelInfo // the next delivery runs it again
@@ -535,6 +578,12 @@ func (e *Engine) fail(ctx context.Context, out Outcome, res Reservation, failure
 	failure.Message = Sentence(failure.Code)
 	f := e.finish(res, out.Attempts)
 	f.ErrorCode, f.ErrorMessage, f.Retryable = failure.Code, failure.Message, retryable
+	if !hold.IsZero() {
+		f.HoldUntil = hold
+		// Retention never ends before the hold-off: an expired record
+		// counts as absent, and a held one must not.
+		f.ExpiresAt = later(f.ExpiresAt, hold)
+	}
 	if err := e.write(ctx, func() error { return e.o.Store.Fail(ctx, f) }); err != nil {
 		return e.writeFailed(ctx, out, "fail", err)
 	}
@@ -619,6 +668,14 @@ func Truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
