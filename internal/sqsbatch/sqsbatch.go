@@ -279,6 +279,10 @@ func (b *batch) process(ctx context.Context, m events.SQSMessage) (res Result) {
 			return b.poison(ctx, res, body, out.Err)
 		case out.Err.Code == idem.CodeInProgress:
 			res.retry = sqsvisibility.InProgress
+		case out.Err.Code == idem.CodeAbandoned || idem.IsSent(out.Err.Err):
+			// The receiver may still be acting on the last request: the
+			// backoff, never shorter than the engine's pause (RetryAfter).
+			res.retry = sqsvisibility.Sent
 		case out.Err.Code == idem.CodeTransientFailure && out.Err.RetryAfter > 0:
 			res.retry = sqsvisibility.RetryAfter
 		}

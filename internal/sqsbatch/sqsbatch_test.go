@@ -60,6 +60,12 @@ func scripted(ctx context.Context, ev action.Event) (action.Result, error) {
 		return action.Result{}, idem.Transient(errors.New("503"))
 	case "retry-after":
 		return action.Result{}, idem.TransientAfter(errors.New("429"), 120*time.Second)
+	case "gateway-504":
+		// A gateway's 504 with Retry-After: 1 after its upstream timed out:
+		// the origin may have the request.
+		return action.Result{}, &idem.ClassifiedError{Class: idem.ClassTransient, Sent: true, RetryAfter: time.Second, Err: errors.New("504")}
+	case "sent":
+		return action.Result{}, idem.TransientSent(errors.New("timed out once written"))
 	case "permanent":
 		return action.Result{}, idem.PermanentCode("HTTP_404", errors.New("404"))
 	case "hang":
@@ -68,6 +74,11 @@ func scripted(ctx context.Context, ev action.Event) (action.Result, error) {
 	}
 	return action.Result{Body: []byte(`{"ok":true}`)}, nil
 }
+
+// fixturePause is the engine's pause after a sent request: longer than the
+// fixture's first backoff (10 s at most), so that a table row shows which
+// of the two a delay follows.
+const fixturePause = 15 * time.Second
 
 type fixture struct {
 	store *memstore.Store
@@ -81,7 +92,7 @@ func newFixture(t testing.TB, mod ...func(*sqsbatch.Options)) *fixture {
 	t.Helper()
 	f := &fixture{store: memstore.New(), vis: &recorder{changes: map[string]time.Duration{}, fail: map[string]bool{}}, logs: &bytes.Buffer{}}
 	logger := slog.New(slog.NewJSONHandler(f.logs, nil))
-	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger,
+	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger, SentPause: fixturePause,
 		Retry: idem.RetryPolicy{AttemptsPerDelivery: 2, Base: time.Millisecond, Max: time.Millisecond},
 		Sleep: func(context.Context, time.Duration) error { return nil }})
 	if err != nil {
@@ -146,6 +157,12 @@ func TestOutcomes(t *testing.T) {
 		{name: "transient: backoff grows with the receive count", body: event("tr-00002", "transient"), receive: 3, label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 40 * time.Second},
 		{name: "transient on the 50th receive: still not acknowledged", body: event("tr-00003", "transient"), receive: 50, label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: time.Minute},
 		{name: "downstream Retry-After", body: event("ra-00001", "retry-after"), label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 120 * time.Second},
+		{name: "a gateway's 504 with Retry-After: 1 once sent: the pause, not 1 s", body: event("gw-00001", "gateway-504"), label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: fixturePause},
+		{name: "sent: the backoff once it passes the pause", body: event("se-00001", "sent"), receive: 3, label: idem.LabelTransient, code: idem.CodeTransientFailure, visibility: 40 * time.Second},
+		{name: "held off after a sent request: in progress for the pause's time left", body: event("ho-00001", "gateway-504"), label: idem.LabelInProgress, code: idem.CodeInProgress,
+			setup: func(f *fixture) {
+				f.h.Handle(context.Background(), batch(false, rec{id: "earlier", body: event("ho-00001", "gateway-504")}))
+			}, visibility: fixturePause + sqsvisibility.InProgressMargin},
 		{name: "permanent", body: event("pe-00001", "permanent"), label: idem.LabelPermanent, code: "HTTP_404", ack: true},
 		{name: "in progress: the lease's time left", body: event("ip-00001", ""), label: idem.LabelInProgress, code: idem.CodeInProgress,
 			setup: func(f *fixture) {

@@ -47,6 +47,13 @@ const (
 	// InProgress: another worker holds the key. The time left on its lease
 	// plus InProgressMargin.
 	InProgress
+	// Sent: the receiver may still be acting on the last request (it timed
+	// out or broke once written, or the action was abandoned while it ran).
+	// The backoff, but never shorter than d: the engine's pause after a sent
+	// request (idem.Options.SentPause) or the receiver's Retry-After,
+	// whichever is longer, which the record's hold-off enforces anyway: a
+	// message back sooner would only meet IN_PROGRESS.
+	Sent
 )
 
 // Policy chooses visibility timeouts. Its zero value uses the defaults.
@@ -64,6 +71,7 @@ type Policy struct {
 //	Backoff:    c = min(Base·2^(receiveCount−1), Max); delay in [c/2, c]
 //	RetryAfter: delay = d
 //	InProgress: delay = d + InProgressMargin
+//	Sent:       delay = max(the Backoff delay, d)
 //
 // and never past MaxVisibility counted from the receive. A full-jitter 0
 // would burn one of the queue's receives at once: hence the floor of c/2.
@@ -77,6 +85,9 @@ func (p Policy) Delay(reason Reason, receiveCount int, d, sinceInvoke time.Durat
 	default:
 		c := p.backoffCap(receiveCount)
 		delay = c/2 + time.Duration(float64(c-c/2)*random)
+		if reason == Sent {
+			delay = max(delay, d)
+		}
 	}
 	limit := MaxVisibility - receiveSlack - max(sinceInvoke, 0)
 	delay = min(delay, limit)

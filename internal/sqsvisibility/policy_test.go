@@ -35,6 +35,10 @@ func TestDelay(t *testing.T) {
 		{name: "retry-after within 12 h of the receive", reason: sqsvisibility.RetryAfter, d: 24 * time.Hour, since: time.Minute,
 			want: 12*time.Hour - 5*time.Minute - time.Minute},
 		{name: "in progress: lease left plus margin", reason: sqsvisibility.InProgress, d: 7300 * time.Millisecond, want: 10 * s},
+		{name: "sent: the backoff when it is longer than the pause", reason: sqsvisibility.Sent, receive: 1, d: 5 * s, random: 0, want: 15 * s},
+		{name: "sent: never shorter than the pause", reason: sqsvisibility.Sent, receive: 1, d: 40 * s, random: 0.999, want: 40 * s},
+		{name: "sent: the pause within 12 h of the receive", reason: sqsvisibility.Sent, receive: 1, d: 24 * time.Hour,
+			want: 12*time.Hour - 5*time.Minute},
 		{name: "zero value policy uses the defaults", reason: sqsvisibility.Backoff, receive: 2, random: 0.999, want: 60 * s,
 			policy: &sqsvisibility.Policy{}},
 	}
