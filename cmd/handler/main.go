@@ -48,7 +48,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -322,7 +321,8 @@ func newEngine(store *ddbstore.Store, cfg config.Config, logger *slog.Logger) (*
 	if wrapStore != nil {
 		engineStore = wrapStore(store)
 	}
-	return idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: idem.Budget{}, Lease: cfg.Lease, Retention: cfg.TTL, Logger: logger})
+	return idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: idem.Budget{}, Lease: cfg.Lease, Retention: cfg.TTL,
+		SentPause: cfg.SentPause(), Logger: logger})
 }
 
 // wiredAction is the action the function runs, with what the router needs
@@ -451,10 +451,7 @@ func adapters(cfg config.Config, engine *idem.Engine, store *ddbstore.Store, act
 	if err != nil {
 		return nil, nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks,
-		// A receiver that did not answer within NOTIFY_TIMEOUT gets as long
-		// again before the caller's retry (docs/http-api.md).
-		SentRetryAfter: cmp.Or(cfg.NotifyTimeout, notify.DefaultTimeout), Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -129,6 +129,19 @@ type Config struct {
 	Inbound           Inbound
 }
 
+// SentPause is the engine's pause after a request that may have reached
+// its receiver (idem.Options.SentPause), the one number the wiring, the
+// deploy check and the docs read: for notify, the request's timeout
+// (NOTIFY_TIMEOUT), so that a receiver still working on a POST that timed
+// out gets as long again before the next one; for the ledger, which sends
+// no request, none.
+func (c Config) SentPause() time.Duration {
+	if c.Action != ActionNotify {
+		return 0
+	}
+	return cmp.Or(c.NotifyTimeout, notify.DefaultTimeout)
+}
+
 // Inbound is the receiving route POST /webhooks/{source}, as configured.
 type Inbound struct {
 	On        bool

@@ -293,3 +293,28 @@ func TestLoadInbound(t *testing.T) {
 		})
 	}
 }
+
+// TestSentPause: the engine's pause after a sent request is the notify
+// action's request timeout (its default when unset), and none for the
+// ledger, which sends no request.
+func TestSentPause(t *testing.T) {
+	withTimeout := base()
+	withTimeout[EnvNotifyTimeout] = "4s"
+	ledger := map[string]string{EnvTable: "idem", EnvFunctionName: "fn", EnvAction: "ledger", EnvLedgerTable: "ledger"}
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want time.Duration
+	}{
+		"notify, NOTIFY_TIMEOUT unset": {base(), notify.DefaultTimeout},
+		"notify, NOTIFY_TIMEOUT 4s":    {withTimeout, 4 * time.Second},
+		"ledger":                       {ledger, 0},
+	} {
+		c, err := Load(env(tc.env))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := c.SentPause(); got != tc.want {
+			t.Errorf("%s: SentPause() = %v; want %v", name, got, tc.want)
+		}
+	}
+}

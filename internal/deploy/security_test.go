@@ -149,23 +149,33 @@ func TestConcurrencyIsBounded(t *testing.T) {
 		}
 	})
 
-	t.Run("after a written timeout the next POST waits at least NOTIFY_TIMEOUT", func(t *testing.T) {
+	t.Run("after a written timeout the next POST waits at least the engine's pause", func(t *testing.T) {
 		// The receiver slower than NOTIFY_TIMEOUT may still be working on
-		// the POST that timed out: the message's next receive (the visibility
-		// backoff's shortest delay, half its base; the queue's visibility
-		// timeout when the backoff is off) gives it at least as long again
-		// before the next POST.
+		// the POST that timed out. The engine holds the key off for its
+		// pause (config.SentPause, the number the wiring passes it), which
+		// must give the receiver as long again; the message's next receive
+		// is the visibility policy's delay after a sent request (never
+		// shorter than the pause), or the queue's visibility timeout when
+		// the backoff is off: one that came sooner would only meet
+		// IN_PROGRESS and spend a receive of the redrive policy.
+		for _, id := range []string{apiFn, queueFn} {
+			if f := load(t, id); f.cfg.SentPause() < notifyTimeout(f) {
+				t.Errorf("%s: the engine's pause %v; want >= NOTIFY_TIMEOUT %v", id, f.cfg.SentPause(), notifyTimeout(f))
+			}
+		}
 		f := load(t, queueFn)
+		pause := f.cfg.SentPause()
 		for _, ev := range tpl.sqsEvents(t) {
 			if ev.function != queueFn {
 				continue
 			}
 			next, how := time.Duration(intOr(t, get(tpl.props(ev.queue), "VisibilityTimeout"), defaultVisibilityTimeout))*time.Second, ev.queue+"'s VisibilityTimeout (SQS_BACKOFF off)"
 			if !f.cfg.QueueBackoff.Off {
-				next, how = cmp.Or(f.cfg.QueueBackoff.Base, sqsvisibility.DefaultBase)/2, "half of SQS_BACKOFF_BASE, the backoff's shortest first delay"
+				policy := sqsvisibility.Policy{Base: f.cfg.QueueBackoff.Base, Max: f.cfg.QueueBackoff.Max}
+				next, how = policy.Delay(sqsvisibility.Sent, 1, pause, 0, 0), "the visibility policy's shortest delay after a sent request"
 			}
-			if next < notifyTimeout(f) {
-				t.Errorf("%s: the next POST after a written timeout may come %v later (%s); want >= NOTIFY_TIMEOUT %v", ev, next, how, notifyTimeout(f))
+			if next < pause {
+				t.Errorf("%s: the next POST after a written timeout may come %v later (%s); want >= the engine's pause %v", ev, next, how, pause)
 			}
 		}
 	})

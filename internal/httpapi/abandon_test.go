@@ -39,8 +39,11 @@ func TestAnActionThatIgnoresItsContextGets503WithRetryAfter(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	store := memstore.New()
 	// Large reserves: seconds between the abandonment and the deadline.
+	// An abandoned action may still be sending: the caller waits at least
+	// the engine's pause after a sent request.
+	const pause = 10 * time.Second
 	engine, err := idem.New(idem.Options{Store: store, Lease: time.Minute, Logger: logger, Retry: idem.RetryPolicy{AttemptsPerDelivery: 1},
-		Budget: idem.Budget{StoreReserve: 2 * time.Second, RespondReserve: 2 * time.Second}})
+		Budget: idem.Budget{StoreReserve: 2 * time.Second, RespondReserve: 2 * time.Second}, SentPause: pause})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +75,8 @@ func TestAnActionThatIgnoresItsContextGets503WithRetryAfter(t *testing.T) {
 	if resp.StatusCode != 503 || doc.Code != string(idem.CodeAbandoned) || res.Label != idem.LabelAbandoned {
 		t.Fatalf("got %d %s (label %s); want 503 with code ABANDONED, label abandoned", resp.StatusCode, resp.Body, res.Label)
 	}
-	if secs, err := strconv.Atoi(resp.Headers["Retry-After"]); err != nil || secs < 1 {
-		t.Errorf("Retry-After %q; want whole seconds, at least 1 (the lease's time left)", resp.Headers["Retry-After"])
+	if secs, err := strconv.Atoi(resp.Headers["Retry-After"]); err != nil || time.Duration(secs)*time.Second < pause {
+		t.Errorf("Retry-After %q; want whole seconds, at least the %v pause (the lease's time left, which runs the pause past the deadline)", resp.Headers["Retry-After"], pause)
 	}
 	if doc.Detail != "the action did not finish in time; retry later with the same key" {
 		t.Errorf("detail %q; want the fixed sentence", doc.Detail)

@@ -62,15 +62,8 @@ type Options struct {
 	// Webhooks, if set, serve the receiving route POST /webhooks/{source};
 	// nil leaves it off (404, like any other route).
 	Webhooks *Webhooks
-	// SentRetryAfter is the least Retry-After of a 503 after an attempt
-	// whose request may have reached the receiver (idem.IsSent: it timed
-	// out or broke once written): the receiver may still be acting on it,
-	// and the caller's retry is the next POST. Zero means the 1 s of every
-	// 503. cmd/handler sets NOTIFY_TIMEOUT: as long again as the receiver
-	// already had.
-	SentRetryAfter time.Duration
-	Now            func() time.Time
-	Logger         *slog.Logger
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Handler serves API Gateway v2 requests. It is safe for concurrent use:
@@ -138,12 +131,10 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	res := Result{Label: out.Label(), Key: ev.Key, Attempts: out.Attempts}
 	if out.Err != nil {
 		res.Code, res.Error = out.Err.Code, out.Err.Detail()
+		// After a request that may have reached the receiver, the engine's
+		// RetryAfter is at least its pause (idem.Options.SentPause), which
+		// the record's hold-off enforces on a caller who ignores it (409).
 		p := problem{status: status(out), code: out.Err.Code, detail: detail(out), retryAfter: out.Err.RetryAfter}
-		if out.Err.Retryable && idem.IsSent(out.Err.Err) {
-			// The receiver may have the request: the caller waits at least
-			// as long again before sending it a second one.
-			p.retryAfter = max(p.retryAfter, h.o.SentRetryAfter)
-		}
 		return replayed(p.response(), out.Replayed), res
 	}
 	stored, err := action.Decode(out.Result)

@@ -43,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{store: &countingStore{Store: memstore.New()}}
 	logger := slog.New(slog.NewJSONHandler(&f.logs, nil))
-	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger,
+	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger, SentPause: 4 * time.Second,
 		Retry: idem.RetryPolicy{AttemptsPerDelivery: 1, AttemptsPerKey: 0}})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func newFixture(t *testing.T) *fixture {
 		return action.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil
 	}
 	f.engine = engine
-	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, SentRetryAfter: 4 * time.Second, Logger: logger})
+	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +77,8 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // After a request that may have reached the receiver, the caller is asked
-// to wait SentRetryAfter (the receiver may still be acting on it); after
-// one that cannot have, the usual second.
+// to wait the engine's pause (the receiver may still be acting on it);
+// after one that cannot have, the usual second.
 func TestSentFailureAsksTheCallerToWait(t *testing.T) {
 	f := newFixture(t)
 	for _, tt := range []struct{ reply, want string }{{"sent", "4"}, {"transient", "1"}} {
