@@ -179,6 +179,12 @@ func TestGetHumanOutput(t *testing.T) {
 	}
 	// As the function stores failures: the code and its sentence.
 	f.write("evt:order-1009:refund", now.Add(-3*time.Minute), 30*time.Second, failWith("HTTP_422", idem.Sentence("HTTP_422"), false, 1))
+	// Released after a request that timed out once written: held off for
+	// the engine's pause, 3 s of it left.
+	f.write("evt:order-1010:notify", now.Add(-2*time.Second), 30*time.Second, func(fin *idem.Finish) {
+		failWith(idem.CodeTransientFailure, idem.Sentence(idem.CodeTransientFailure), true, 1)(fin)
+		fin.HoldUntil = now.Add(3 * time.Second)
+	})
 	tests := []struct {
 		name string
 		args []string
@@ -191,6 +197,7 @@ func TestGetHumanOutput(t *testing.T) {
 		{"exhausted", []string{"evt:order-1007:notify"}},
 		{"released", []string{"evt:order-1008:refund"}},
 		{"failed-detail-in-log", []string{"evt:order-1009:refund"}},
+		{"held-off", []string{"evt:order-1010:notify"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

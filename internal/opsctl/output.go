@@ -101,6 +101,15 @@ func printRecord(w io.Writer, rec idem.Record, now time.Time) error {
 	default:
 		t.row("lease", "live until "+stamp(rec.LeaseUntil, now))
 	}
+	switch {
+	case rec.HoldUntil.IsZero():
+	case rec.Claimable(now):
+		t.row("hold-off", "ended "+stamp(rec.HoldUntil, now))
+	default:
+		// Released after a request that may have reached its receiver:
+		// deliveries wait until then; a release ends it at once.
+		t.row("hold-off", "until "+stamp(rec.HoldUntil, now)+" (the last request may still be with its receiver)")
+	}
 	t.row("expires", stamp(rec.ExpiresAt, now))
 	t.row("created", stamp(rec.CreatedAt, now))
 	t.row("updated", stamp(rec.UpdatedAt, now))
