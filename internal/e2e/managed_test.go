@@ -58,7 +58,9 @@ const (
 	managedSlots   = 8 // AWS_LAMBDA_MAX_CONCURRENCY
 	managedTimeout = 8 // AWS_LAMBDA_FUNCTION_TIMEOUT, seconds
 	// takeOverLease is the lease of the take-over function: short, so that
-	// it ends while its owner's invocation is still in flight.
+	// it ends while its owner's invocation is still in flight. The stored
+	// lease runs NOTIFY_TIMEOUT (1 s there: the engine's pause) past it,
+	// and ends 4 s in, well before the owner's store deadline (7.5 s).
 	takeOverLease = 3 * time.Second
 )
 
@@ -331,7 +333,7 @@ func TestE2EManagedInstances(t *testing.T) {
 	m := startManaged(t, "mi", fnOptions{down: down, downURL: hs.URL + "/webhook", store: store, name: "oncely-mi", secrets: sqslocal.EndpointFromEnv(),
 		env: []string{"WEBHOOK_SECRET_REFRESH=200ms", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024"}})
 	lease := startManaged(t, "lease", fnOptions{down: down, downURL: hs.URL + "/webhook", store: store, name: "oncely-mi-lease",
-		env: []string{"NOTIFY_TIMEOUT=2s", "IDEMPOTENCY_LEASE=" + takeOverLease.String()}})
+		env: []string{"NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_LEASE=" + takeOverLease.String()}})
 	pid := m.emu.RuntimePID()
 	if pid == 0 {
 		t.Fatal("the managed-instances emulator has no runtime process")
