@@ -43,28 +43,43 @@ type exitGate struct {
 	exit      func()
 	api       string // Lambda's Runtime API, host:port
 	base      http.RoundTripper
-	// handed counts invocations handed out and not answered yet.
-	handed  atomic.Int64
-	exiting atomic.Bool
+	// unanswered counts invocations handed out and not answered yet.
+	unanswered atomic.Int64
+	exiting    atomic.Bool
 }
 
 // startExitGate serves the gate on a port of the loopback interface, in
-// front of the Runtime API at api (host:port), and returns its address,
-// for aws-lambda-go.
-func startExitGate(api string, g *exitGate) (string, error) {
+// front of the Runtime API at api (host:port), for concurrency invoke
+// loops (AWS_LAMBDA_MAX_CONCURRENCY), and returns its address, for
+// aws-lambda-go.
+func startExitGate(api string, concurrency int, g *exitGate) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("runtime API gate: %w", err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: api})
 	rp.FlushInterval = -1 // responses (streamed ones too) pass at once
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil // the Runtime API is never reached through a proxy
-	g.base, g.api = t, api
+	g.base, g.api = runtimeTransport(concurrency), api
 	rp.Transport = g
 	rp.ErrorLog = slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn)
 	go func() { _ = http.Serve(ln, rp) }()
 	return ln.Addr().String(), nil
+}
+
+// runtimeTransport is the gate's transport to the Runtime API, for
+// concurrency invoke loops. Each loop has at most one call out at a time
+// (a next request, then its answer), so concurrency connections serve
+// them all; net/http keeps only 2 idle per host by default, so under
+// Managed Instances every round of calls past the second closed the
+// connections it had just used and dialled new ones. A pooled connection
+// that turned out closed is also where an answer must be sent again
+// (RoundTrip buffers it for that): fewer closed, fewer resends.
+func runtimeTransport(concurrency int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // the Runtime API is never reached through a proxy
+	t.MaxIdleConnsPerHost = max(concurrency, http.DefaultMaxIdleConnsPerHost)
+	t.MaxIdleConns = max(t.MaxIdleConns, t.MaxIdleConnsPerHost)
+	return t
 }
 
 // RoundTrip passes one Runtime API call, counting invocations handed out
@@ -75,8 +90,8 @@ func (g *exitGate) RoundTrip(req *http.Request) (*http.Response, error) {
 	next := req.Method == http.MethodGet && strings.HasSuffix(path, "/runtime/invocation/next")
 	answer := req.Method == http.MethodPost && strings.Contains(path, "/runtime/invocation/") &&
 		(strings.HasSuffix(path, "/response") || strings.HasSuffix(path, "/error"))
-	if next && g.over() {
-		g.last(req)
+	if next && g.exitDue() {
+		g.sendLastAndExit(req)
 	}
 	// A streamed response (never sent by this function today) passes as it
 	// comes: buffering it would hold it back.
@@ -101,25 +116,25 @@ func (g *exitGate) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case err != nil:
 	case next && resp.StatusCode == http.StatusOK:
-		g.handed.Add(1)
+		g.unanswered.Add(1)
 	case answer && resp.StatusCode == http.StatusAccepted:
-		g.handed.Add(-1)
+		g.unanswered.Add(-1)
 	}
 	return resp, err
 }
 
-// over reports whether the process should end now: every invocation
+// exitDue reports whether the process should end now: every invocation
 // handed out is answered, and more abandoned actions run than the bound.
-func (g *exitGate) over() bool {
-	return g.bound > 0 && g.handed.Load() == 0 && g.abandoned() > g.bound
+func (g *exitGate) exitDue() bool {
+	return g.bound > 0 && g.unanswered.Load() == 0 && g.abandoned() > g.bound
 }
 
-// last sends req, a next request, on a connection of its own, unbuffered:
+// sendLastAndExit sends req, a next request, on a connection of its own, unbuffered:
 // once Write returns, the kernel has it and delivers it after the process
 // is gone, and Lambda completes the invocation the loop answered. Then
 // the process exits (once). If the connection fails, the call goes on as
 // usual and a later one tries again.
-func (g *exitGate) last(req *http.Request) {
+func (g *exitGate) sendLastAndExit(req *http.Request) {
 	if !g.exiting.CompareAndSwap(false, true) {
 		return
 	}

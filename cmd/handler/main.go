@@ -303,11 +303,12 @@ func gateRuntimeAPI(engine *idem.Engine, logger *slog.Logger) error {
 	if api == "" {
 		return nil
 	}
-	bound := maxAbandoned(lambdacontext.MaxConcurrency())
+	concurrency := lambdacontext.MaxConcurrency()
+	bound := maxAbandoned(concurrency)
 	if boundAbandoned != nil {
 		bound = boundAbandoned()
 	}
-	addr, err := startExitGate(api, &exitGate{abandoned: engine.Abandoned, bound: bound, logger: logger, exit: func() { os.Exit(0) }})
+	addr, err := startExitGate(api, concurrency, &exitGate{abandoned: engine.Abandoned, bound: bound, logger: logger, exit: func() { os.Exit(0) }})
 	if err != nil {
 		return err
 	}

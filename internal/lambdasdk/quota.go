@@ -77,9 +77,11 @@ const (
 type Quota struct {
 	bucket *ratelimit.TokenRateLimit
 	logger *slog.Logger
-	// mu makes taking tokens and flipping braking one step, so that the
-	// lines follow the bucket's order: a retry granted just before another
-	// is refused must not read as "retries again" after "spent".
+	// mu makes taking tokens, flipping braking and logging the flip one
+	// step, so that the lines follow the bucket's order: a retry granted
+	// just after another was refused must not read as "retries again"
+	// before "spent". The lines are rare (one per flip), so holding mu
+	// while the handler writes costs the calls nothing in the steady state.
 	mu      sync.Mutex
 	braking bool // a retry was refused, and none granted since
 }
@@ -105,6 +107,7 @@ func (q *Quota) GetToken(ctx context.Context, cost uint) (func() error, error) {
 		return noRelease, nil
 	}
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	release, err := q.bucket.GetToken(ctx, cost)
 	var spent ratelimit.QuotaExceededError
 	refused := errors.As(err, &spent)
@@ -112,7 +115,6 @@ func (q *Quota) GetToken(ctx context.Context, cost uint) (func() error, error) {
 	if started || ended {
 		q.braking = started
 	}
-	q.mu.Unlock()
 	switch {
 	case q.logger == nil:
 	case started:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,5 +364,89 @@ func TestTheQuotaNeverBrakesACompletion(t *testing.T) {
 				t.Errorf("%s made %d attempts with the quota spent; want %d", tt.op, got, tt.want)
 			}
 		})
+	}
+}
+
+// blockingHandler records the messages logged, and holds the first one in
+// Handle, before it is written, until proceed is closed: a slow log write
+// at the worst moment.
+type blockingHandler struct {
+	mu       sync.Mutex
+	held     bool
+	messages []string
+	entered  chan struct{}
+	proceed  chan struct{}
+}
+
+func (h *blockingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *blockingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *blockingHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *blockingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	first := !h.held
+	h.held = true
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+		<-h.proceed
+	}
+	h.mu.Lock()
+	h.messages = append(h.messages, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+
+// The quota's lines follow the bucket's order: when a retry is granted
+// right after the refusal that started the brake, "allows retries again"
+// comes after "spent", even when writing "spent" is slow. (Logged after
+// the lock, the grant's line came first.)
+func TestQuotaLinesFollowTheBucketsOrder(t *testing.T) {
+	h := &blockingHandler{entered: make(chan struct{}), proceed: make(chan struct{})}
+	quota := lambdasdk.NewQuota(slog.New(h))
+	ctx := context.Background() // no DynamoDB completion: braked
+	if _, err := quota.GetToken(ctx, lambdasdk.QuotaTokens); err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan error)
+	go func() {
+		_, err := quota.GetToken(ctx, lambdasdk.ThrottlingRetryCost)
+		refused <- err
+	}()
+	<-h.entered // the refusal is writing "spent"
+	if err := quota.AddTokens(lambdasdk.QuotaTokens); err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error)
+	go func() {
+		_, err := quota.GetToken(ctx, lambdasdk.ThrottlingRetryCost)
+		granted <- err
+	}()
+	// The grant waits for the refusal's line; without that, it logs its own
+	// line meanwhile. Either way the refusal's line is let go: when the
+	// grant finishes first, or after a while.
+	select {
+	case err := <-granted:
+		close(h.proceed)
+		if err != nil {
+			t.Errorf("the retry after the tokens came back: %v; want it granted", err)
+		}
+	case <-time.After(500 * time.Millisecond):
+		close(h.proceed)
+		if err := <-granted; err != nil {
+			t.Errorf("the retry after the tokens came back: %v; want it granted", err)
+		}
+	}
+	if err := <-refused; err == nil {
+		t.Errorf("the retry on an empty bucket was granted; want it refused")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := []string{
+		"the process's AWS retry quota is spent: calls are not retried until enough succeed",
+		"the process's AWS retry quota allows retries again",
+	}
+	if !slices.Equal(h.messages, want) {
+		t.Errorf("lines %q; want %q", h.messages, want)
 	}
 }

@@ -232,9 +232,8 @@ func (c *cache[T]) reload(ctx context.Context) (prev, next T, err error) {
 	for c.flight != nil {
 		f := c.flight
 		c.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
+		// That read's own error does not matter: this call reads after it.
+		if f.wait(ctx) != nil && ctx.Err() != nil {
 			return prev, prev, ctx.Err()
 		}
 		c.mu.Lock()
@@ -255,8 +254,8 @@ var (
 	errRecheckOlder      = errors.New("a read of the keys begun before the refused request was sent is still running")
 )
 
-// marked returns the number of reads begun so far: a mark for recheck.
-func (c *cache[T]) marked() uint64 {
+// readsBegun returns the number of reads begun so far: a mark for recheck.
+func (c *cache[T]) readsBegun() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.begun

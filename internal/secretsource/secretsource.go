@@ -137,7 +137,7 @@ func (s *Source) Keys(ctx context.Context) ([][]byte, error) { return s.cache.ge
 
 // Reads returns how many reads of the keys have begun so far: a mark for
 // Recheck, taken when a request signed with the keys is sent.
-func (s *Source) Reads() uint64 { return s.cache.marked() }
+func (s *Source) Reads() uint64 { return s.cache.readsBegun() }
 
 // Recheck returns the keys read by a read that began after mark (a
 // Reads value taken when the refused request was sent): a read that

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -337,6 +338,50 @@ func TestAReloadDuringAnOlderReadReadsAgain(t *testing.T) {
 	keys, err := src.Keys(context.Background())
 	if err != nil || len(keys) != 1 || base64.StdEncoding.EncodeToString(keys[0]) != after {
 		t.Fatalf("keys after both reads: %d keys, %v; want only the new one", len(keys), err)
+	}
+}
+
+// A Reload waiting for an older read in flight waits within its own ctx:
+// when ctx ends first, it returns ctx's error at once and starts no read;
+// the older read goes on for the callers that still want it.
+func TestAReloadWaitingForAnOlderReadEndsWithItsContext(t *testing.T) {
+	api := &rotatingAPI{value: newSecretValue(), entered: make(chan struct{}), hold: make(chan struct{})}
+	src := secretsource.New(api, "webhook", time.Hour, nil)
+	if _, err := src.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	api.mu.Lock()
+	api.armed = true
+	api.mu.Unlock()
+	slow := make(chan error)
+	go func() {
+		_, err := src.Reload(context.Background())
+		slow <- err
+	}()
+	<-api.entered // the older read is in flight, held
+	reads := src.Reads()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	waiting := make(chan error)
+	go func() {
+		_, err := src.Reload(ctx)
+		waiting <- err
+	}()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the Reload whose ctx ended: %v; want %v", err, context.Canceled)
+		}
+	case <-time.After(10 * time.Second):
+		close(api.hold)
+		t.Fatal("the Reload whose ctx ended still waits for the older read 10 s later")
+	}
+	if n := src.Reads(); n != reads {
+		t.Errorf("reads begun %d; want %d: a Reload whose ctx ended starts none", n, reads)
+	}
+	close(api.hold)
+	if err := <-slow; err != nil {
+		t.Fatalf("the older read's Reload: %v", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,18 +37,44 @@ func RunAbandonTests(t *testing.T, newStore func(t *testing.T) idem.Store) {
 	}
 }
 
+// startClock is an engine's clock that stands still from hold until the
+// action starts (resume), and is the real clock otherwise. The engine
+// checks that its work window is worth starting twice, before and after
+// the reservation (Budget.CanStart): with the clock held, however long the
+// store calls take on a loaded machine (under -race, three subtests at
+// once, against a DynamoDB emulator), the engine sees the window it
+// reserved whole and starts the action, so a slow reservation cannot turn
+// the case's ABANDONED into DEADLINE. The action's own deadline is the
+// context's, in real time: it is abandoned as before.
+type startClock struct{ held atomic.Pointer[time.Time] }
+
+func (c *startClock) Now() time.Time {
+	if t := c.held.Load(); t != nil {
+		return *t
+	}
+	return time.Now()
+}
+
+func (c *startClock) hold() {
+	now := time.Now()
+	c.held.Store(&now)
+}
+
+func (c *startClock) resume() { c.held.Store(nil) }
+
 func testLateFinishFenced(t *testing.T, s idem.Store, late func() ([]byte, idem.Effects, error)) {
-	newEngine := func() *idem.Engine {
+	newEngine := func(clock *startClock) *idem.Engine {
 		// A 1 s lease; reserves of 500 ms: the first owner's work deadline
 		// is 500 ms after it starts, its abandonment 125 ms later.
 		e, err := idem.New(idem.Options{Store: s, Lease: time.Second, Retry: idem.RetryPolicy{AttemptsPerDelivery: 1},
-			Logger: slog.New(slog.DiscardHandler)})
+			Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
-	first, second := newEngine(), newEngine()
+	var firstClock, secondClock startClock
+	first, second := newEngine(&firstClock), newEngine(&secondClock)
 	key := uniqueKey(t)
 	r, err := idem.NewRequest(key, []byte(`{"n":1}`))
 	if err != nil {
@@ -58,8 +85,10 @@ func testLateFinishFenced(t *testing.T, s idem.Store, late func() ([]byte, idem.
 	defer cancel()
 	release := make(chan struct{})
 	returned := make(chan idem.Outcome, 1)
+	firstClock.hold()
 	go func() {
 		returned <- first.DoWork(ctx, r, func(context.Context) ([]byte, idem.Effects, error) {
+			firstClock.resume()
 			<-release // ignores its context
 			return late()
 		})
@@ -82,7 +111,11 @@ func testLateFinishFenced(t *testing.T, s idem.Store, late func() ([]byte, idem.
 	}
 	// A redelivery after the lease's end takes the key over and completes.
 	time.Sleep(time.Until(rec.LeaseUntil.Add(20 * time.Millisecond)))
-	again := second.DoWork(ctx, r, func(context.Context) ([]byte, idem.Effects, error) { return []byte(`"second"`), nil, nil })
+	secondClock.hold()
+	again := second.DoWork(ctx, r, func(context.Context) ([]byte, idem.Effects, error) {
+		secondClock.resume()
+		return []byte(`"second"`), nil, nil
+	})
 	if again.Err != nil || again.Replayed || string(again.Result) != `"second"` {
 		close(release)
 		t.Fatalf("the take-over: %+v; want it to run and succeed", again)

@@ -544,3 +544,30 @@ func (s ignoresUnknownOutcomes) Forget(ctx context.Context, prev idem.Record, f 
 func TestAbandonedActionStaysFencedOnMemstore(t *testing.T) {
 	storetest.RunAbandonTests(t, func(*testing.T) idem.Store { return memstore.New() })
 }
+
+// slowReservations is the reference store with reservations and take-overs
+// as slow as a loaded machine can make them (under -race, with the cores
+// busy, against a DynamoDB emulator): each takes longer than the abandon
+// cases' 500 ms work window leaves above the engine's 200 ms minimum.
+type slowReservations struct{ *memstore.Store }
+
+const slowReservation = 400 * time.Millisecond
+
+func (s slowReservations) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	time.Sleep(slowReservation)
+	return s.Store.Reserve(ctx, r)
+}
+
+func (s slowReservations) TakeOver(ctx context.Context, prev idem.Record, r idem.Reservation) (idem.Record, bool, error) {
+	time.Sleep(slowReservation)
+	return s.Store.TakeOver(ctx, prev, r)
+}
+
+// TestAbandonCasesSurviveSlowReservations: the abandon cases' owners
+// start their actions however long the reservation took, so a loaded
+// machine cannot turn the first owner's ABANDONED, or the take-over's
+// success, into DEADLINE. (With the engines on the real clock, both are
+// DEADLINE here: 100 ms of the window left after the reservation.)
+func TestAbandonCasesSurviveSlowReservations(t *testing.T) {
+	storetest.RunAbandonTests(t, func(*testing.T) idem.Store { return slowReservations{memstore.New()} })
+}
