@@ -206,6 +206,12 @@ func jsonPrefix(b []byte, limit int) string {
 //	malformed reply, timeout)    → transient; marked Sent when the request was
 //	                               (or may have been) written, which ends the
 //	                               delivery's attempts (see post)
+//	401, 403 with a Signer       → judged by a read of the keys begun after the
+//	                               request was sent: the keys it was signed with
+//	                               (permanent), or rotated ones (one more POST,
+//	                               signed with them); without such a read,
+//	                               transient and the delivery's last POST
+//	                               (NextDelivery: released, no pause)
 //	other 4xx                    → permanent
 //	500 and other statuses       → permanent unless configured transient
 //	a URL that makes no request  → permanent
@@ -253,21 +259,24 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		// recheck interval, only an older read in flight, or a failed
 		// one), whether the keys rotated is unknown: the refusal may be
 		// ours to fix, a transient error, not a failure stored for good.
+		// It ends the delivery, though (NextDelivery): another attempt now
+		// would be signed with the same keys and refused the same way.
 		// The read runs with its own timeout; Recheck waits for it under
 		// ctx, not the request's timeout.
 		now, rerr := n.Signer.Recheck(ctx, sent.mark(n.Signer))
 		if rerr != nil {
-			return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d, and no read of the signing keys begun since the request was sent tells whether they rotated: %w", resp.StatusCode, rerr))
+			return action.Result{}, idem.TransientNextDelivery(fmt.Errorf("notify: downstream replied %d, and no read of the signing keys begun since the request was sent tells whether they rotated: %w", resp.StatusCode, rerr))
 		}
 		if !sameKeys(now, signed) {
 			// Within what is left of the request's timeout: the second
 			// try does not lengthen an attempt. Its own refusal has no
-			// read begun after it: transient (the next delivery judges).
+			// read begun after it: transient, and the delivery's last
+			// POST (the next delivery judges).
 			if resp, rep, err = n.post(reqCtx, ev, now); err != nil {
 				return action.Result{}, err
 			}
 			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-				return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d to the request signed with the keys read after a refusal; retried later", resp.StatusCode))
+				return action.Result{}, idem.TransientNextDelivery(fmt.Errorf("notify: downstream replied %d to the request signed with the keys read after a refusal; retried later", resp.StatusCode))
 			}
 		}
 	}
