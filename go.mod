@@ -16,6 +16,7 @@ require (
 	github.com/jmespath-community/go-jmespath v1.1.1
 	github.com/truora/minidyn v0.8.2
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/net v0.47.0
 )
 
 require (
@@ -30,4 +31,5 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.5 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.5 // indirect
 	golang.org/x/exp v0.0.0-20230314191032-db074128a8ec // indirect
+	golang.org/x/text v0.31.0 // indirect
 )

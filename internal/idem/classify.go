@@ -59,7 +59,18 @@ type ClassifiedError struct {
 	// (429, 503). The engine reads it anywhere in the error's chain, so a
 	// caller that marks the error again keeps it. See [TransientSent].
 	Sent bool
-	Err  error
+	// NextDelivery, on a transient error, says another attempt in this
+	// delivery would get the same answer: the receiver replied in full,
+	// and what it refused will not change within the call (a 401 to a
+	// signature no read of the signing keys could judge: the same keys
+	// sign the retry). The engine then starts no further attempt in this
+	// delivery and releases the key at once, as for Sent, but asks for no
+	// pause: the receiver answered, nothing of the request is still in
+	// flight, so a later delivery may come as soon as the caller's backoff
+	// allows. A Sent mark anywhere in the chain wins (see
+	// [IsNextDelivery]). See [TransientNextDelivery].
+	NextDelivery bool
+	Err          error
 }
 
 func (e *ClassifiedError) Error() string {
@@ -84,6 +95,13 @@ func TransientAfter(err error, after time.Duration) error {
 // retries it on a later delivery, never within this one.
 func TransientSent(err error) error {
 	return &ClassifiedError{Class: ClassTransient, Sent: true, Err: err}
+}
+
+// TransientNextDelivery marks err as transient, not to be retried within
+// this delivery and needing no pause before the next (see
+// ClassifiedError.NextDelivery): one attempt per delivery.
+func TransientNextDelivery(err error) error {
+	return &ClassifiedError{Class: ClassTransient, NextDelivery: true, Err: err}
 }
 
 // Permanent marks err as permanent.
@@ -162,6 +180,24 @@ func IsSent(err error) bool {
 		err = ce.Err
 	}
 	return false
+}
+
+// IsNextDelivery reports whether err is marked NextDelivery anywhere in its
+// chain and Sent nowhere in it: the engine then ends the delivery after
+// this attempt and releases the key without a pause. A request that may
+// still be in flight keeps its pause (IsSent) whatever an outer or inner
+// mark says.
+func IsNextDelivery(err error) bool {
+	next := false
+	for e := err; e != nil; {
+		ce, ok := errors.AsType[*ClassifiedError](e)
+		if !ok {
+			break
+		}
+		next = next || ce.NextDelivery
+		e = ce.Err
+	}
+	return next && !IsSent(err)
 }
 
 // codeOf returns the code carried by err, or def.

@@ -105,3 +105,25 @@ func TestFingerprint(t *testing.T) {
 		t.Errorf("NewRequest with invalid JSON: %v; want INVALID_PAYLOAD", err)
 	}
 }
+
+// NextDelivery is read through wrapping, only TransientNextDelivery sets
+// it, and a Sent mark anywhere in the chain wins: a request that may still
+// be in flight keeps its pause.
+func TestNextDeliveryIsReadThroughWrappingAndSentWins(t *testing.T) {
+	if err := fmt.Errorf("notify: %w", idem.TransientNextDelivery(io.EOF)); !idem.IsNextDelivery(err) || idem.IsSent(err) || idem.Classify(err) != idem.ClassTransient || !errors.Is(err, io.EOF) {
+		t.Errorf("TransientNextDelivery wrapped: IsNextDelivery %v, IsSent %v, class %v; want true, false, transient", idem.IsNextDelivery(err), idem.IsSent(err), idem.Classify(err))
+	}
+	if err := idem.Transient(idem.TransientNextDelivery(io.EOF)); !idem.IsNextDelivery(err) {
+		t.Errorf("%v: IsNextDelivery false under an outer mark; want true", err)
+	}
+	for _, err := range []error{idem.TransientNextDelivery(idem.TransientSent(io.EOF)), idem.TransientSent(fmt.Errorf("x: %w", idem.TransientNextDelivery(io.EOF)))} {
+		if idem.IsNextDelivery(err) || !idem.IsSent(err) {
+			t.Errorf("%v: IsNextDelivery %v, IsSent %v; want Sent to win", err, idem.IsNextDelivery(err), idem.IsSent(err))
+		}
+	}
+	for _, err := range []error{idem.Transient(io.EOF), idem.TransientSent(io.EOF), idem.Permanent(io.EOF), io.EOF, nil} {
+		if idem.IsNextDelivery(err) {
+			t.Errorf("%#v: IsNextDelivery; want it set by TransientNextDelivery only", err)
+		}
+	}
+}

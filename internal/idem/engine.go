@@ -359,6 +359,10 @@ func (e *Engine) run(ctx, sctx context.Context, rec Record, res Reservation, wor
 		if p.keyCapReached(out.Attempts) {
 			return e.fail(sctx, out, res, &Error{Code: CodeRetryExhausted, Message: fmt.Sprintf("%d attempts used; last error: %v", out.Attempts, err), Err: err}, false)
 		}
+		if IsNextDelivery(err) {
+			// The same answer again if tried now: end the delivery, no pause.
+			return e.release(sctx, out, res, err, retryAfterOf(err))
+		}
 		if IsSent(err) {
 			// The receiver may have the request and still be acting on it:
 			// a second attempt now could do the side effect twice at once.

@@ -826,3 +826,33 @@ func TestSentTransientEndsTheDeliverysAttempts(t *testing.T) {
 		t.Errorf("calls %d (executions %d) %v; want 2: the unmarked failure retried, the sent one ending the delivery", out.Calls, mixed.calls.Load(), out.Err)
 	}
 }
+
+// A transient error marked NextDelivery (a complete answer the same
+// request would get again, like a refused signature no read could judge)
+// ends the delivery after its one attempt: the key is released at once,
+// nothing slept, and the next delivery runs it again. It is not Sent, so
+// an API caller gets no pause for it (IsSent stays false).
+func TestNextDeliveryTransientEndsTheDeliveryWithoutAPause(t *testing.T) {
+	f := newFixture(t)
+	key := "evt:refused-1:notify"
+	refused := &counter{script: []error{idem.TransientNextDelivery(errBoom), fmt.Errorf("notify: %w", idem.TransientNextDelivery(errBoom))}}
+	for delivery := 1; delivery <= 2; delivery++ {
+		out, err := f.engine.Do(context.Background(), req(t, key, `{}`), refused.run)
+		var e *idem.Error
+		if !errors.As(err, &e) || e.Code != idem.CodeTransientFailure || !e.Retryable || out.Stored || e.RetryAfter != 0 {
+			t.Fatalf("delivery %d: %v stored %v; want a released TRANSIENT_FAILURE, no Retry-After", delivery, err, out.Stored)
+		}
+		if out.Calls != 1 || len(out.Delays) != 0 || int(refused.calls.Load()) != delivery {
+			t.Errorf("delivery %d: calls %d, delays %v, executions so far %d; want one execution per delivery, nothing slept", delivery, out.Calls, out.Delays, refused.calls.Load())
+		}
+		if idem.IsSent(e.Err) {
+			t.Errorf("delivery %d: %v is Sent; want no pause asked", delivery, err)
+		}
+		if rec := get(t, f, key); rec.Status != idem.StatusFailed || !rec.Retryable || rec.Attempts != delivery {
+			t.Errorf("after delivery %d: %s retryable %v attempts %d; want FAILED, retryable, %d attempts", delivery, rec.Status, rec.Retryable, rec.Attempts, delivery)
+		}
+	}
+	if out, err := f.engine.Do(context.Background(), req(t, key, `{}`), refused.run); err != nil || !out.Stored || out.Attempts != 3 {
+		t.Fatalf("third delivery: %+v %v; want the stored success at attempt 3", out, err)
+	}
+}

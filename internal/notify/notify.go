@@ -19,7 +19,6 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"slices"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -70,14 +69,14 @@ type Signer interface {
 	Recheck(ctx context.Context, mark uint64) ([][]byte, error)
 }
 
-// New returns a Notifier for url, with its own HTTP client. The client keeps
-// enough idle connections for every record of a batch: Go's default of two
-// per host would close and re-dial most of them after each batch.
+// New returns a Notifier for url, with its own HTTP client: it keeps
+// enough idle connections for every record of a batch, and its
+// connections count what they write, which decides whether a request that
+// failed was sent (see post). A Notifier with another Client takes any
+// request written as sent.
 func New(url string, timeout time.Duration, classifier Classifier) *Notifier {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns, t.MaxIdleConnsPerHost = 100, 100
 	return &Notifier{URL: url, Timeout: timeout, Classifier: classifier, Client: &http.Client{
-		Transport: t,
+		Transport: newTransport(),
 		// A redirect is not a delivery: Go would turn the POST into a
 		// body-less GET on 301/302/303. The 3xx is classified instead.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -206,6 +205,12 @@ func jsonPrefix(b []byte, limit int) string {
 //	malformed reply, timeout)    → transient; marked Sent when the request was
 //	                               (or may have been) written, which ends the
 //	                               delivery's attempts (see post)
+//	401, 403 with a Signer       → judged by a read of the keys begun after the
+//	                               request was sent: the keys it was signed with
+//	                               (permanent), or rotated ones (one more POST,
+//	                               signed with them); without such a read,
+//	                               transient and the delivery's last POST
+//	                               (NextDelivery: released, no pause)
 //	other 4xx                    → permanent
 //	500 and other statuses       → permanent unless configured transient
 //	a URL that makes no request  → permanent
@@ -236,11 +241,8 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 	}
 	reqCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var sent sentMark
-	if n.Signer != nil {
-		reqCtx = sent.trace(reqCtx, n.Signer)
-	}
-	resp, rep, err := n.post(reqCtx, ev, signed)
+	sent := &sendTrace{signer: n.Signer}
+	resp, rep, err := n.post(reqCtx, ev, signed, sent)
 	if err != nil {
 		return action.Result{}, err
 	}
@@ -253,21 +255,24 @@ func (n *Notifier) Do(ctx context.Context, ev action.Event) (action.Result, erro
 		// recheck interval, only an older read in flight, or a failed
 		// one), whether the keys rotated is unknown: the refusal may be
 		// ours to fix, a transient error, not a failure stored for good.
+		// It ends the delivery, though (NextDelivery): another attempt now
+		// would be signed with the same keys and refused the same way.
 		// The read runs with its own timeout; Recheck waits for it under
 		// ctx, not the request's timeout.
-		now, rerr := n.Signer.Recheck(ctx, sent.mark(n.Signer))
+		now, rerr := n.Signer.Recheck(ctx, sent.readsWhenSent())
 		if rerr != nil {
-			return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d, and no read of the signing keys begun since the request was sent tells whether they rotated: %w", resp.StatusCode, rerr))
+			return action.Result{}, idem.TransientNextDelivery(fmt.Errorf("notify: downstream replied %d, and no read of the signing keys begun since the request was sent tells whether they rotated: %w", resp.StatusCode, rerr))
 		}
 		if !sameKeys(now, signed) {
 			// Within what is left of the request's timeout: the second
 			// try does not lengthen an attempt. Its own refusal has no
-			// read begun after it: transient (the next delivery judges).
-			if resp, rep, err = n.post(reqCtx, ev, now); err != nil {
+			// read begun after it: transient, and the delivery's last
+			// POST (the next delivery judges).
+			if resp, rep, err = n.post(reqCtx, ev, now, &sendTrace{}); err != nil {
 				return action.Result{}, err
 			}
 			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-				return action.Result{}, idem.Transient(fmt.Errorf("notify: downstream replied %d to the request signed with the keys read after a refusal; retried later", resp.StatusCode))
+				return action.Result{}, idem.TransientNextDelivery(fmt.Errorf("notify: downstream replied %d to the request signed with the keys read after a refusal; retried later", resp.StatusCode))
 			}
 		}
 	}
@@ -295,31 +300,24 @@ func (n *Notifier) now() time.Time {
 // transient whatever its type: only a complete reply, classified by the
 // Classifier, can be permanent. Matching such errors by type cannot work
 // (net/http's HTTP/2 errors are unexported), so the class comes from what
-// happened to the request instead, traced with net/http/httptrace: one
-// that was written, or may have been, is marked Sent (the receiver may
-// have it: the engine tries no more in this delivery); one that was not
-// may be tried again at once. The error says which, for the attempt's log
-// line. A request that cannot be built (a bad URL) is permanent.
+// happened to the request instead (sendTrace, in wire.go): on HTTP/1.1 the
+// bytes written to its connection, on HTTP/2 the protocol's word that a
+// stream was not processed. One that left, or may have, is marked Sent
+// (the receiver may have it: the engine tries no more in this delivery);
+// one that did not may be tried again at once, and net/http does so itself
+// on a fresh connection when it can. The error says which, for the
+// attempt's log line. A request that cannot be built (a bad URL) is
+// permanent.
 //
 // Errors name the downstream by scheme and host only: a webhook URL's
 // path, query and user info are often credentials, and errors are stored,
 // logged and returned to API callers.
-func (n *Notifier) post(ctx context.Context, ev action.Event, keys [][]byte) (*http.Response, reply, error) {
-	var w writes
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, w.trace()), http.MethodPost, n.URL, bytes.NewReader(ev.Body))
+func (n *Notifier) post(ctx context.Context, ev action.Event, keys [][]byte, sent *sendTrace) (*http.Response, reply, error) {
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, sent.clientTrace()), http.MethodPost, n.URL, bytes.NewReader(ev.Body))
 	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		return nil, reply{}, idem.Permanent(errors.New("notify: DOWNSTREAM_URL is not a valid URL"))
 	}
-	// net/http replays a request that carries an Idempotency-Key when a
-	// reused connection fails, even after the request was written: a
-	// second POST within one attempt. A rewind is allowed only while
-	// nothing was written.
-	req.GetBody = func() (io.ReadCloser, error) {
-		if w.ok.Load() > 0 {
-			return nil, errReplayRefused
-		}
-		return io.NopCloser(bytes.NewReader(ev.Body)), nil
-	}
+	req.GetBody = sent.rewind(ev.Body)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", ev.Key)
 	if n.Signer != nil {
@@ -340,56 +338,15 @@ func (n *Notifier) post(ctx context.Context, ev action.Event, keys [][]byte) (*h
 		// Read after Do returned: a write still in flight (an HTTP/2
 		// stream cut by the timeout) reports later, which "may have been
 		// sent" covers.
-		sent, how := w.verdict()
+		left, how := sent.verdict()
 		err = fmt.Errorf("notify: POST to %s: no complete reply, the request %s: %w", origin(req.URL), how, err)
-		if sent {
+		if left {
 			return nil, reply{}, idem.TransientSent(err)
 		}
 		return nil, reply{}, idem.Transient(err)
 	}
 	defer resp.Body.Close()
 	return resp, readReply(resp.Body), nil
-}
-
-// errReplayRefused is what a refused rewind (see post) makes the client
-// return: the connection failed after the request was written.
-var errReplayRefused = errors.New("the connection failed after the request was written (not sent again: one POST per attempt)")
-
-// writes traces what became of one request's writes: a connection got
-// (writing may begin), each write done or failed. net/http calls the
-// hooks from its own goroutines, hence the atomics.
-type writes struct {
-	conns, ok, failed atomic.Int32
-}
-
-func (w *writes) trace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { w.conns.Add(1) },
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err != nil {
-				w.failed.Add(1)
-			} else {
-				w.ok.Add(1)
-			}
-		},
-	}
-}
-
-// verdict reports whether the receiver may have the request, and how to
-// say it: written whole (sent); a connection got and no write reported
-// yet (may have been sent); or no connection, or every write failed
-// before the request was whole (not sent: the receiver cannot act on a
-// request it did not get whole).
-func (w *writes) verdict() (sent bool, how string) {
-	ok, failed, conns := w.ok.Load(), w.failed.Load(), w.conns.Load()
-	switch {
-	case ok > 0:
-		return true, "was sent (the receiver may have it)"
-	case conns > ok+failed:
-		return true, "may have been sent (the receiver may have it)"
-	default:
-		return false, "was not sent"
-	}
 }
 
 // readReply reads up to maxDrain bytes of body (which also drains it for
@@ -425,26 +382,6 @@ func RedactURL(raw string) string {
 
 // origin is u's scheme and host.
 func origin(u *url.URL) string { return u.Scheme + "://" + u.Host }
-
-// sentMark is the Signer's read count when the request was written
-// (httptrace's WroteRequest), plus one; zero until then.
-type sentMark struct{ v atomic.Uint64 }
-
-// trace returns ctx with a hook that takes the mark when the request has
-// been written (on the transport's goroutine: hence the atomic).
-func (m *sentMark) trace(ctx context.Context, s Signer) context.Context {
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { m.v.CompareAndSwap(0, s.Reads()+1) },
-	})
-}
-
-// mark returns the read count when the request was sent. If the hook has
-// not run yet (a reply before the body was all written), the count now:
-// later than the send, so only a read begun after it counts (stricter).
-func (m *sentMark) mark(s Signer) uint64 {
-	m.v.CompareAndSwap(0, s.Reads()+1)
-	return m.v.Load() - 1
-}
 
 func sameKeys(a, b [][]byte) bool {
 	return slices.EqualFunc(a, b, bytes.Equal)

@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/secretsource"
+	"github.com/oncely/oncely/internal/testing/memstore"
 )
 
 // countingSecrets is a Secrets Manager holding one AWSCURRENT value (no
@@ -144,4 +146,82 @@ func TestRotationBetweenTwoRefusalsInOneIntervalStoresNothingPermanent(t *testin
 	if c := api.calls.Load() - calls; c != 0 {
 		t.Errorf("%d GetSecretValue calls for the second refusal; want none inside the interval", c)
 	}
+}
+
+// A receiver that refuses every signature (its secret misconfigured) gets
+// one POST per event in a delivery: 5 invocations of 10 events, through
+// the engine as the adapters run it (3 attempts per delivery), make at
+// most 50 POSTs. A refusal no read of the keys could judge ends the
+// delivery (released, to come back), one the re-read judged is stored as
+// permanent; nothing is acknowledged without a final record, and the
+// keys' reads stay bounded (one re-read per invocation at the most: the
+// recheck interval is 5 s, far longer than an invocation here).
+func TestRefusingReceiverGetsOnePOSTPerEventInADelivery(t *testing.T) {
+	const invocations, events = 5, 10
+	src, api := refusingSource(t, oldKey)
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	nt := notify.New(srv.URL, 10*time.Second, notify.Classifier{})
+	nt.Signer = src
+	store := memstore.New()
+	engine, err := idem.New(idem.Options{
+		Store:  store,
+		Retry:  idem.RetryPolicy{AttemptsPerDelivery: 3, Base: time.Millisecond, Max: time.Second},
+		Sleep:  func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
+		Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, permanent := 0, 0
+	for inv := range invocations {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		outs := make([]idem.Outcome, events)
+		var wg sync.WaitGroup
+		for i := range events {
+			wg.Go(func() {
+				e := action.Event{Key: fmt.Sprintf("evt:refused-%d-%d:notify", inv, i), Body: []byte(`{}`)}
+				req, err := idem.NewRequest(e.Key, e.Body)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				outs[i] = engine.DoWork(ctx, req, action.Work(nt.Do, e))
+			})
+		}
+		wg.Wait()
+		cancel()
+		for _, out := range outs {
+			rec, ok, err := store.Get(context.Background(), out.Key, time.Now())
+			if err != nil || !ok {
+				t.Fatalf("%s: no record (%v)", out.Key, err)
+			}
+			final := rec.Status == idem.StatusSucceeded || rec.Status == idem.StatusFailed && !rec.Retryable
+			acknowledged := out.Err == nil || !out.Err.Retryable
+			switch {
+			case acknowledged && (!final || !out.Stored):
+				t.Errorf("%s acknowledged (%v) with record %s retryable=%v, stored %v; want a final record", out.Key, out.Err, rec.Status, rec.Retryable, out.Stored)
+			case acknowledged:
+				permanent++
+			case rec.Status != idem.StatusFailed || !rec.Retryable || rec.ErrorCode != idem.CodeTransientFailure:
+				t.Errorf("%s released with record %s retryable=%v %s; want FAILED, retryable, TRANSIENT_FAILURE", out.Key, rec.Status, rec.Retryable, rec.ErrorCode)
+			default:
+				released++
+			}
+			if out.Calls != 1 {
+				t.Errorf("%s: %d attempts in its first delivery; want 1 (a refusal ends the delivery)", out.Key, out.Calls)
+			}
+		}
+	}
+	if got, most := posts.Load(), int64(invocations*events); got > most {
+		t.Errorf("%d POSTs in the first delivery of %d events; want at most %d (one each)", got, most, most)
+	}
+	if c, most := api.calls.Load(), int64(3*invocations); c > most {
+		t.Errorf("%d GetSecretValue calls; want at most %d (three stages, one re-read per invocation at the most)", c, most)
+	}
+	t.Logf("%d POSTs; %d refusals released, %d stored as permanent; %d GetSecretValue calls", posts.Load(), released, permanent, api.calls.Load())
 }

@@ -77,6 +77,12 @@ func trust(t *testing.T, n *notify.Notifier, srv *httptest.Server) {
 // and returns the outcome and the record the store keeps.
 func deliver(t *testing.T, n *notify.Notifier, e action.Event) (idem.Outcome, idem.Record) {
 	t.Helper()
+	return deliverIn(context.Background(), t, n, e)
+}
+
+// deliverIn is deliver under ctx (a test's httptrace hooks, say).
+func deliverIn(ctx context.Context, t *testing.T, n *notify.Notifier, e action.Event) (idem.Outcome, idem.Record) {
+	t.Helper()
 	store := memstore.New()
 	engine, err := idem.New(idem.Options{
 		Store:  store,
@@ -92,7 +98,7 @@ func deliver(t *testing.T, n *notify.Notifier, e action.Event) (idem.Outcome, id
 		t.Fatal(err)
 	}
 	// A deadline as Lambda gives one, generous for a loaded machine.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	out := engine.DoWork(ctx, req, action.Work(n.Do, e))
 	rec, ok, err := store.Get(context.Background(), e.Key, time.Now())
