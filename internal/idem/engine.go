@@ -486,29 +486,33 @@ func (e *Engine) call(ctx context.Context, key string, fn Work) ([]byte, Effects
 }
 
 // abandon ends the call of an action that did not return in time. It
-// writes nothing: the record stays IN_PROGRESS under this call's token
-// until its lease ends, so no write of this invocation can race the
-// action's late completion, and a duplicate meanwhile sees IN_PROGRESS.
-// The outcome is retryable and not stored (the message goes back to its
-// queue; the API answers 503 with Retry-After at the lease's end).
+// writes nothing: the action's own return is the one write of this call
+// still to come (recordAbandonedReturn), so nothing of this invocation can
+// race it. The record stays IN_PROGRESS under this call's token until its
+// lease ends (the invocation's deadline plus Options.SentPause: the action
+// may still be sending), and a duplicate meanwhile sees IN_PROGRESS. The
+// outcome is retryable and not stored (the message goes back to its queue;
+// the API answers 503 with Retry-After at the lease's end).
 func (e *Engine) abandon(ctx context.Context, out Outcome, res Reservation, ab *abandonment) Outcome {
 	running := e.abandoned.Add(1)
 	e.o.Logger.WarnContext(ctx, "action abandoned: it ignored its context past the work deadline; the invocation answers without it",
 		"key", out.Key, "attempts", out.Attempts, "lease_until", res.LeaseUntil, "abandoned_running", running)
 	// The invocation's context is cancelled once it has answered; the late
 	// completion keeps its values (the request id of the log lines).
-	go e.late(context.WithoutCancel(ctx), out, res, ab.done)
+	go e.recordAbandonedReturn(context.WithoutCancel(ctx), out, res, ab.done)
 	out.Status, out.Result, out.Stored = StatusInProgress, nil, false
 	out.Err = &Error{Code: CodeAbandoned, Message: ab.Error(), Retryable: true, RetryAfter: max(res.LeaseUntil.Sub(e.o.Now()), 0), Err: ab}
 	return out
 }
 
-// late waits for an abandoned action and records what it returned, fenced
-// by the abandoned call's token like any completion: the Store writes only
-// while that token is still the record's (nobody took the key over), and
-// otherwise the result is discarded (LEASE_LOST, logged). It never retries
-// the action.
-func (e *Engine) late(ctx context.Context, out Outcome, res Reservation, done <-chan attempt) {
+// recordAbandonedReturn waits for an abandoned action and records what it
+// returned, fenced by the abandoned call's token like any completion: the
+// Store writes only while that token is still the record's (nobody took
+// the key over, which the lease forbids until the deadline plus the pause),
+// and otherwise the result is discarded (LEASE_LOST, logged). A transient
+// error is released as any other, with the hold-off if its request may
+// have reached the receiver. It never retries the action.
+func (e *Engine) recordAbandonedReturn(ctx context.Context, out Outcome, res Reservation, done <-chan attempt) {
 	a := <-done
 	// Counted until its write is over: a process that exits at the bound
 	// does not cut a late completion short.
