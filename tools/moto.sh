@@ -64,7 +64,7 @@ do_stop() {
 		fi
 		group_alive "$pid" && die "process group $pid did not exit"
 	fi
-	rm -f "$dir/$NAME.pid" "$dir/$NAME.endpoint"
+	rm -f "$dir/$NAME.pid" "$dir/$NAME.endpoint" "$dir/$NAME.port"
 }
 
 do_start() {
@@ -85,8 +85,9 @@ do_start() {
 		do_stop "$dir"
 	fi
 
-	port="$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
-	endpoint="http://127.0.0.1:$port"
+	# The server binds a free port itself and writes it to $NAME.port: a
+	# port picked here and bound later could be taken in between.
+	rm -f "$dir/$NAME.port"
 
 	# setsid: own session + process group (pgid == pid), so stop can kill the whole group.
 	# MOTO_TRACE_DIR: each server traces its SQS calls to DIR/NAME.jsonl,
@@ -101,20 +102,24 @@ do_start() {
 	# PYTHONDONTWRITEBYTECODE= : the venv's byte-code is written on the
 	# first start (tools/venv.sh compiles none), which makes later starts
 	# take 2.5 s less CPU each, even where the machine sets it.
-	PYTHONDONTWRITEBYTECODE= setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$port" </dev/null >"$log" 2>&1 &
+	PYTHONDONTWRITEBYTECODE= setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p 0 --port-file "$dir/$NAME.port" </dev/null >"$log" 2>&1 &
 	pid=$!
 	echo "$pid" >"$dir/$NAME.pid"
-	echo "$endpoint" >"$dir/$NAME.endpoint"
+	endpoint=""
 
 	for i in $(seq 1 $((TIMEOUT * 5))); do
 		if ! alive "$pid"; then
 			echo "moto.sh: moto_server exited during startup; last log lines:" >&2
 			tail -n 30 "$dir/$NAME.log" >&2 || true
-			rm -f "$dir/$NAME.pid" "$dir/$NAME.endpoint"
+			rm -f "$dir/$NAME.pid" "$dir/$NAME.endpoint" "$dir/$NAME.port"
 			exit 1
 		fi
-		# Any HTTP answer means the server is up.
-		if http_up "$endpoint"; then
+		if [[ -z "$endpoint" && -s "$dir/$NAME.port" ]]; then
+			endpoint="http://127.0.0.1:$(cat "$dir/$NAME.port")"
+			echo "$endpoint" >"$dir/$NAME.endpoint"
+		fi
+		# Any HTTP answer on the port it bound means the server is up.
+		if [[ -n "$endpoint" ]] && http_up "$endpoint"; then
 			echo "$endpoint"
 			return 0
 		fi

@@ -192,7 +192,8 @@ WAITRESS_SETTINGS = {"connection_limit": 4000, "asyncore_use_poll": True}
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
-    parser.add_argument("-p", "--port", type=int, required=True)
+    parser.add_argument("-p", "--port", type=int, required=True, help="0: a free port, written to --port-file")
+    parser.add_argument("--port-file", help="where to write the port once it is bound")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" notices under load
@@ -201,7 +202,17 @@ def main() -> None:
     app = DomainDispatcherApplication(create_backend_app)
     if os.environ.get("MOTO_TRACE_SQS"):
         app = trace_sqs(os.environ["MOTO_TRACE_SQS"])(app)
-    waitress.serve(app, host=args.host, port=args.port, threads=args.threads, ident="moto", **WAITRESS_SETTINGS)
+    # Bound here, then announced: a port picked by another process and bound
+    # later can be taken in between (by another server, or as the local
+    # port of an outgoing connection), and the server then dies while
+    # whatever holds the port answers its health check.
+    server = waitress.create_server(app, host=args.host, port=args.port, threads=args.threads, ident="moto", **WAITRESS_SETTINGS)
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(server.effective_port))
+        os.replace(tmp, args.port_file)
+    server.run()
 
 
 if __name__ == "__main__":
