@@ -50,6 +50,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime"
@@ -113,6 +114,24 @@ var (
 // end-to-end tests only), wraps the engine's store. The deployed bootstrap
 // never sets it.
 var wrapStore func(*ddbstore.Store) idem.Store
+
+// Seams for the golden test (golden_test.go), which pins what the function
+// does with a corpus of events. When a test sets them, they replace what
+// wire gives every part it builds: the clock (the engine's, the adapters',
+// the router's and the notifier's), the sleep of the engine's backoff,
+// the jitter (the engine's and the queue backoff's), the fencing tokens,
+// and where the log lines and the EMF documents go (the log handler, with
+// the request id from the context, and the metrics writer). The deployed
+// bootstrap never sets them: nil is each part's own default (time.Now, a
+// timer, math/rand/v2, crypto/rand, Lambda's log handler on stdout).
+var (
+	seamNow      func() time.Time
+	seamSleep    func(ctx context.Context, d time.Duration) error
+	seamRandom   func() float64
+	seamNewToken func() string
+	seamLog      slog.Handler
+	seamMetrics  io.Writer
+)
 
 func main() {
 	tuneRuntime(config.RuntimeSettings(os.Getenv))
@@ -229,7 +248,11 @@ func readSecrets(ctx context.Context, logger *slog.Logger, reads []initRead) err
 // wire builds the router from the configuration, reading at init every
 // secret and the table, so that a bad setting fails the init with one line.
 func wire(ctx context.Context) (*router.Router, error) {
-	logger := slog.New(lambdacontext.NewLogHandler())
+	var logs slog.Handler = lambdacontext.NewLogHandler()
+	if seamLog != nil {
+		logs = seamLog
+	}
+	logger := slog.New(logs)
 	slog.SetDefault(logger)
 	cfg, err := config.Load(os.Getenv)
 	if err != nil {
@@ -277,7 +300,11 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err := gateRuntimeAPI(engine, logger); err != nil {
 		return nil, err
 	}
-	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: os.Stdout, Logger: logger, FirstInvoke: act.firstInvoke(engine.Budget(), logger)}
+	var metrics io.Writer = os.Stdout
+	if seamMetrics != nil {
+		metrics = seamMetrics
+	}
+	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: metrics, Logger: logger, Now: seamNow, FirstInvoke: act.firstInvoke(engine.Budget(), logger)}
 	if wrapAction != nil {
 		act.do = wrapAction(act.do)
 	}
@@ -323,7 +350,7 @@ func newEngine(store *ddbstore.Store, cfg config.Config, logger *slog.Logger) (*
 		engineStore = wrapStore(store)
 	}
 	return idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: idem.Budget{}, Lease: cfg.Lease, Retention: cfg.TTL,
-		SentPause: cfg.SentPause(), Logger: logger})
+		SentPause: cfg.SentPause(), Logger: logger, Now: seamNow, Sleep: seamSleep, Random: seamRandom, NewToken: seamNewToken})
 }
 
 // wiredAction is the action the function runs, with what the router needs
@@ -343,9 +370,10 @@ type wiredAction struct {
 // delivery later; an outage does not.
 func newAction(cfg config.Config, sm secretsource.API, logger *slog.Logger) (wiredAction, error) {
 	if cfg.Action == config.ActionLedger {
-		return wiredAction{do: (&ledger.Ledger{Table: cfg.LedgerTable}).Do}, nil
+		return wiredAction{do: (&ledger.Ledger{Table: cfg.LedgerTable, Now: seamNow}).Do}, nil
 	}
 	a := wiredAction{notifier: notify.New(cfg.DownstreamURL, cfg.NotifyTimeout, notify.Classifier{Transient: cfg.TransientStatuses})}
+	a.notifier.Now = seamNow
 	a.do = a.notifier.Do
 	if cfg.DownstreamURLSecret == "" {
 		warnPlainHTTP(context.Background(), cfg.DownstreamURL, logger)
@@ -447,12 +475,12 @@ func adapters(cfg config.Config, engine *idem.Engine, store *ddbstore.Store, act
 		Engine: engine, Poison: store, Action: act, Keys: cfg.Keys,
 		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, PoisonRetention: cfg.TTL,
 		Visibility: visibility, VisibilityPolicy: sqsvisibility.Policy{Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max},
-		Logger: logger,
+		Logger: logger, Now: seamNow, Random: seamRandom,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger})
+	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger, Now: seamNow})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -62,6 +62,12 @@ func TestEveryEngineSettingIsWired(t *testing.T) {
 			}
 			for _, e := range lit.Elts {
 				if kv, ok := e.(*ast.KeyValueExpr); ok && name != "" {
+					// cmd/handler passes its golden test's seams on
+					// (seamNow, ...: nil in the deployed bootstrap, so each
+					// field keeps its default): that sets nothing.
+					if v, ok := kv.Value.(*ast.Ident); ok && strings.HasPrefix(v.Name, "seam") {
+						continue
+					}
 					if k, ok := kv.Key.(*ast.Ident); ok {
 						set[name+"."+k.Name] = true
 					}
