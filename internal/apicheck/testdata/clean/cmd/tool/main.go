@@ -1,0 +1,6 @@
+package main
+
+// Exported is in a command: not recorded.
+func Exported() {}
+
+func main() {}

@@ -1,0 +1,6 @@
+// Command gen is a main package outside cmd/: not recorded.
+package main
+
+func Exported() {}
+
+func main() {}
