@@ -182,11 +182,11 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	if len(r.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a record holds at most %d", len(r.Audit), idem.MaxAudit))
 	}
-	if prev.Releasable(r.Now, r.Force) != nil {
+	if idem.Releasable(prev, r.Now, r.Force) != nil {
 		rec, err := a.current(ctx, prev.Key, r.Now)
 		return rec, false, err
 	}
-	rec := prev.Released(r)
+	rec := idem.Released(prev, r)
 	item := a.item(rec)
 	// The same compare-and-swap as a take-over (token, status, attempts)
 	// with the release rule re-checked on the stored values: a live owner
@@ -218,7 +218,7 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	cur, err := a.found(ctx, ccf.Item, prev.Key, r.Now)
 	// A re-send (the SDK's, after a lost reply) fails against our own
 	// write: the record under our token is the release we made.
-	return cur, err == nil && cur.ReleasedBy(r.Token), err
+	return cur, err == nil && idem.ReleasedBy(cur, r.Token), err
 }
 
 // found decodes the item a failed condition returned, or reads the record
@@ -242,7 +242,7 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if len(f.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a note holds at most %d", len(f.Audit), idem.MaxAudit))
 	}
-	if prev.Forgettable(f.Now, f.RerunSucceeded) != nil {
+	if idem.Forgettable(prev, f.Now, f.RerunSucceeded) != nil {
 		rec, err := a.current(ctx, prev.Key, f.Now)
 		return rec, false, err
 	}

@@ -600,7 +600,7 @@ func TestOperatorWritesSurviveALostReply(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("Release with its reply lost = ok %v, err %v; want released", ok, err)
 			}
-			if diff := cmp.Diff(prev.Released(rel), rec); diff != "" {
+			if diff := cmp.Diff(idem.Released(prev, rel), rec); diff != "" {
 				t.Errorf("Release returned (-want +got):\n%s", diff)
 			}
 

@@ -47,7 +47,7 @@ var (
 // then happen twice); an IN_PROGRESS one once its lease has ended, or with
 // force while it is live (the owner, if still running, is then fenced off,
 // and its side effect may happen twice). A SUCCEEDED record never.
-func (r Record) Releasable(now time.Time, force bool) error {
+func Releasable(r Record, now time.Time, force bool) error {
 	switch r.Status {
 	case StatusFailed:
 		switch {
@@ -77,7 +77,7 @@ func (r Record) Releasable(now time.Time, force bool) error {
 // side effect, which only the operator's named choice may do. The same
 // consent covers a FAILED record whose outcome is unknown (an error
 // matching ErrOutcomeUnknown): its action may have succeeded.
-func (r Record) Forgettable(now time.Time, rerunSucceeded bool) error {
+func Forgettable(r Record, now time.Time, rerunSucceeded bool) error {
 	switch {
 	case r.Status == StatusInProgress && !r.Claimable(now):
 		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
@@ -104,7 +104,7 @@ type Release struct {
 // way to end a hold-off early), rel.Audit, and UpdatedAt rel.Now. The key,
 // fingerprint, retention and CreatedAt are kept; a result is dropped. It
 // is the one definition of a released record; stores write it as it is.
-func (r Record) Released(rel Release) Record {
+func Released(r Record, rel Release) Record {
 	was := string(r.Status)
 	switch {
 	case r.Status == StatusFailed && r.ErrorMessage != "":
@@ -133,7 +133,7 @@ func (r Record) Released(rel Release) Record {
 
 // ReleasedBy reports whether r is the record a release with token wrote:
 // how a store recognises a re-sent Release (see Operator).
-func (r Record) ReleasedBy(token string) bool {
+func ReleasedBy(r Record, token string) bool {
 	return token != "" && r.Token == token && r.Status == StatusFailed && r.ErrorCode == CodeReleased
 }
 
@@ -168,7 +168,7 @@ type Forget struct {
 // returns that record with ok true, and a Forget with the same non-empty
 // f.Token whose own forget already happened returns prev with ok true.
 type Operator interface {
-	// Release replaces prev with prev.Released(r) and returns it.
+	// Release replaces prev with Released(prev, r) and returns it.
 	Release(ctx context.Context, prev Record, r Release) (rec Record, ok bool, err error)
 	// Forget deletes prev; the next delivery of its event reserves the key
 	// afresh, with any payload.

@@ -37,14 +37,14 @@ func TestReleasableAndForgettable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.rec.Releasable(now, tt.force)
+			err := idem.Releasable(tt.rec, now, tt.force)
 			if tt.releaseErr == nil && err != nil || tt.releaseErr != nil && !errors.Is(err, tt.releaseErr) {
 				t.Errorf("Releasable(force %v) = %v, want %v", tt.force, err, tt.releaseErr)
 			}
 			if err != nil && !strings.Contains(err.Error(), tt.wantSubstring) {
 				t.Errorf("Releasable error %q, want it to contain %q", err, tt.wantSubstring)
 			}
-			if got := tt.rec.Forgettable(now, false) == nil; got != tt.forgettable {
+			if got := idem.Forgettable(tt.rec, now, false) == nil; got != tt.forgettable {
 				t.Errorf("Forgettable(rerun false) = %v, want %v", got, tt.forgettable)
 			}
 		})
@@ -57,19 +57,19 @@ func TestReleasableAndForgettable(t *testing.T) {
 func TestForgettingASuccessNeedsConsent(t *testing.T) {
 	now := time.UnixMilli(1_780_000_000_123)
 	succeeded := idem.Record{Status: idem.StatusSucceeded}
-	if err := succeeded.Forgettable(now, false); !errors.Is(err, idem.ErrRerunsSuccess) {
+	if err := idem.Forgettable(succeeded, now, false); !errors.Is(err, idem.ErrRerunsSuccess) {
 		t.Errorf("Forgettable(SUCCEEDED, rerun false) = %v, want ErrRerunsSuccess", err)
 	}
-	if err := succeeded.Forgettable(now, true); err != nil {
+	if err := idem.Forgettable(succeeded, now, true); err != nil {
 		t.Errorf("Forgettable(SUCCEEDED, rerun true) = %v, want nil", err)
 	}
 	live := idem.Record{Status: idem.StatusInProgress, LeaseUntil: now.Add(time.Second)}
-	if err := live.Forgettable(now, true); !errors.Is(err, idem.ErrLeaseLive) {
+	if err := idem.Forgettable(live, now, true); !errors.Is(err, idem.ErrLeaseLive) {
 		t.Errorf("Forgettable(live lease, rerun true) = %v, want ErrLeaseLive: consent to re-run a success is no consent to race an owner", err)
 	}
 	failed := idem.Record{Status: idem.StatusFailed, ErrorCode: "HTTP_422"}
 	for _, rerun := range []bool{false, true} {
-		if err := failed.Forgettable(now, rerun); err != nil {
+		if err := idem.Forgettable(failed, now, rerun); err != nil {
 			t.Errorf("Forgettable(FAILED, rerun %v) = %v, want nil", rerun, err)
 		}
 	}
@@ -81,16 +81,16 @@ func TestForgettingASuccessNeedsConsent(t *testing.T) {
 func TestAnUnknownOutcomeNeedsConsent(t *testing.T) {
 	now := time.UnixMilli(1_780_000_000_123)
 	unknown := idem.Record{Status: idem.StatusFailed, ErrorCode: idem.CodeOutcomeUnknown}
-	if err := unknown.Releasable(now, false); !errors.Is(err, idem.ErrOutcomeUnknown) {
+	if err := idem.Releasable(unknown, now, false); !errors.Is(err, idem.ErrOutcomeUnknown) {
 		t.Errorf("Releasable(OUTCOME_UNKNOWN, force false) = %v, want ErrOutcomeUnknown", err)
 	}
-	if err := unknown.Forgettable(now, false); !errors.Is(err, idem.ErrOutcomeUnknown) {
+	if err := idem.Forgettable(unknown, now, false); !errors.Is(err, idem.ErrOutcomeUnknown) {
 		t.Errorf("Forgettable(OUTCOME_UNKNOWN, rerun false) = %v, want ErrOutcomeUnknown", err)
 	}
-	if err := unknown.Releasable(now, true); err != nil {
+	if err := idem.Releasable(unknown, now, true); err != nil {
 		t.Errorf("Releasable(OUTCOME_UNKNOWN, force true) = %v, want nil", err)
 	}
-	if err := unknown.Forgettable(now, true); err != nil {
+	if err := idem.Forgettable(unknown, now, true); err != nil {
 		t.Errorf("Forgettable(OUTCOME_UNKNOWN, rerun true) = %v, want nil", err)
 	}
 }
@@ -104,7 +104,7 @@ func TestReleasedRecord(t *testing.T) {
 		ErrorCode: "HTTP_422", ErrorMessage: "422 from downstream", CreatedAt: created, UpdatedAt: now.Add(-time.Minute),
 		Audit: "old audit",
 	}
-	got := prev.Released(idem.Release{Token: "new", Now: now, Audit: "new audit"})
+	got := idem.Released(prev, idem.Release{Token: "new", Now: now, Audit: "new audit"})
 	want := idem.Record{
 		Key: prev.Key, Status: idem.StatusFailed, Fingerprint: prev.Fingerprint, Attempts: 0, Token: "new",
 		LeaseUntil: now, ExpiresAt: prev.ExpiresAt, ErrorCode: idem.CodeReleased,
@@ -118,12 +118,12 @@ func TestReleasedRecord(t *testing.T) {
 		t.Errorf("a released record is not claimable at the release's instant; want claimable")
 	}
 	inProgress := idem.Record{Status: idem.StatusInProgress, LeaseUntil: now, Attempts: 1}
-	if msg := inProgress.Released(idem.Release{Now: now}).ErrorMessage; !strings.Contains(msg, "was IN_PROGRESS (lease until") {
+	if msg := idem.Released(inProgress, idem.Release{Now: now}).ErrorMessage; !strings.Contains(msg, "was IN_PROGRESS (lease until") {
 		t.Errorf("released IN_PROGRESS message %q, want it to name the lease it replaced", msg)
 	}
 	long := prev
 	long.ErrorMessage = strings.Repeat("x", 5000)
-	if n := len(long.Released(idem.Release{Now: now}).ErrorMessage); n > 1024 {
+	if n := len(idem.Released(long, idem.Release{Now: now}).ErrorMessage); n > 1024 {
 		t.Errorf("released message is %d bytes, want at most 1024", n)
 	}
 }

@@ -786,9 +786,9 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "refused", why+"; read it again (get, or list --json) and decide again"
 		return res, nil
 	}
-	rule := cur.Forgettable(now, w.rerunSucceeded)
+	rule := idem.Forgettable(cur, now, w.rerunSucceeded)
 	if release {
-		rule = cur.Releasable(now, w.force)
+		rule = idem.Releasable(cur, now, w.force)
 	}
 	if refused(&res, rule, release, cur) {
 		return res, nil

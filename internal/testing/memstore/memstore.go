@@ -79,13 +79,13 @@ func (s *Store) Release(_ context.Context, prev idem.Record, r idem.Release) (id
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.swappable(prev, r.Now)
-	if !ok && old.ReleasedBy(r.Token) {
+	if !ok && idem.ReleasedBy(old, r.Token) {
 		return clone(old), true, nil // a re-send of a release that landed
 	}
-	if !ok || old.Releasable(r.Now, r.Force) != nil {
+	if !ok || idem.Releasable(old, r.Now, r.Force) != nil {
 		return clone(old), false, nil
 	}
-	rec := old.Released(r)
+	rec := idem.Released(old, r)
 	s.records[prev.Key] = rec
 	return clone(rec), true, nil
 }
@@ -98,7 +98,7 @@ func (s *Store) Forget(_ context.Context, prev idem.Record, f idem.Forget) (idem
 	if !ok && f.Token != "" && s.forgotten[prev.Key] == f.Token {
 		return clone(prev), true, nil // a re-send of a forget that happened
 	}
-	if !ok || old.Forgettable(f.Now, f.RerunSucceeded) != nil {
+	if !ok || idem.Forgettable(old, f.Now, f.RerunSucceeded) != nil {
 		return clone(old), false, nil
 	}
 	delete(s.records, prev.Key)

@@ -120,7 +120,7 @@ func testReleaseFailed(t *testing.T, s OperatorStore) {
 	if err != nil || !ok {
 		t.Fatalf("Release = ok %v, err %v; want released", ok, err)
 	}
-	want := prev.Released(rel)
+	want := idem.Released(prev, rel)
 	if diff := cmp.Diff(want, rec); diff != "" {
 		t.Errorf("Release returned (-want +got):\n%s", diff)
 	}

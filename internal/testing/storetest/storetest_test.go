@@ -449,7 +449,7 @@ func (s releasesBlindly) Release(ctx context.Context, prev idem.Record, r idem.R
 		// Turn it into something memstore will release.
 		_, _, _ = s.Store.Forget(ctx, cur, idem.Forget{Now: r.Now})
 		cur.Status, cur.Attempts = idem.StatusFailed, 0
-		return cur.Released(r), true, nil
+		return idem.Released(cur, r), true, nil
 	}
 	r.Force = true
 	return s.Store.Release(ctx, cur, r)
@@ -509,7 +509,7 @@ func (s reReleases) Release(ctx context.Context, prev idem.Record, r idem.Releas
 	if _, ok, err := s.Store.TakeOver(ctx, cur, res); err != nil || !ok {
 		return cur, false, err
 	}
-	again := cur.Released(r)
+	again := idem.Released(cur, r)
 	err = s.Store.Fail(ctx, idem.Finish{Key: cur.Key, Token: r.Token, Now: r.Now, ExpiresAt: cur.ExpiresAt,
 		ErrorCode: idem.CodeReleased, ErrorMessage: again.ErrorMessage, Retryable: true})
 	return again, err == nil, err
