@@ -24,13 +24,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 )
 
 func init() {
-	wrapStore = func(s *ddbstore.Store) idem.Store { return panickyStore{s} }
+	wrapStore = func(s *dynamostore.Store) idem.Store { return panickyStore{s} }
 	wrapAction = ignoringAction
 	if n, err := strconv.Atoi(os.Getenv("E2E_MAX_ABANDONED")); err == nil {
 		boundAbandoned = func() int { return n }
@@ -38,7 +38,7 @@ func init() {
 }
 
 // panickyStore is the real store, but for Reserve on a ":panic-" key.
-type panickyStore struct{ *ddbstore.Store }
+type panickyStore struct{ *dynamostore.Store }
 
 func (s panickyStore) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
 	if strings.Contains(r.Key, ":panic-") {

@@ -66,9 +66,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/config"
-	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
@@ -113,7 +113,7 @@ var (
 // wrapStore, when a build-tagged file sets it (faults.go, for the
 // end-to-end tests only), wraps the engine's store. The deployed bootstrap
 // never sets it.
-var wrapStore func(*ddbstore.Store) idem.Store
+var wrapStore func(*dynamostore.Store) idem.Store
 
 // Seams for the golden test (golden_test.go), which pins what the function
 // does with a corpus of events. When a test sets them, they replace what
@@ -154,10 +154,10 @@ func main() {
 // with one line naming the table and DynamoDB's error code, like every other
 // bad setting, instead of failing every message later. An outage
 // (throttling, 5xx, a timeout) only warns: it must not stop cold starts.
-func probeTable(ctx context.Context, store *ddbstore.Store, logger *slog.Logger, timeout time.Duration) error {
+func probeTable(ctx context.Context, store *dynamostore.Store, logger *slog.Logger, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := store.Probe(pctx)
+	err := store.Check(pctx)
 	switch {
 	case err == nil:
 		return nil
@@ -273,7 +273,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	awsCfg = quota.Share(awsCfg)
 	// The store's client drops per-call work a function does not need
 	// (package lambdasdk says what and why).
-	store, err := ddbstore.New(lambdasdk.DynamoDB(awsCfg, quota), cfg.Table, cfg.Namespace)
+	// The namespace is config's (IDEMPOTENCY_NAMESPACE, else the function's
+	// name, as it always was): a deployed function's keys stay as they are.
+	store, err := dynamostore.New(lambdasdk.DynamoDB(awsCfg, quota), cfg.Table, dynamostore.Options{Namespace: cfg.Namespace})
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +346,7 @@ func gateRuntimeAPI(engine *idem.Engine, logger *slog.Logger) error {
 
 // newEngine builds the engine on the store (wrapped when a build-tagged
 // file asks).
-func newEngine(store *ddbstore.Store, cfg config.Config, logger *slog.Logger) (*idem.Engine, error) {
+func newEngine(store *dynamostore.Store, cfg config.Config, logger *slog.Logger) (*idem.Engine, error) {
 	var engineStore idem.Store = store
 	if wrapStore != nil {
 		engineStore = wrapStore(store)
@@ -466,7 +468,7 @@ func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(c
 
 // adapters builds the SQS and HTTP adapters around the engine and the
 // action.
-func adapters(cfg config.Config, engine *idem.Engine, store *ddbstore.Store, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*sqsbatch.Handler, *httpapi.Handler, error) {
+func adapters(cfg config.Config, engine *idem.Engine, store *dynamostore.Store, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*sqsbatch.Handler, *httpapi.Handler, error) {
 	var visibility sqsvisibility.Changer
 	if !cfg.QueueBackoff.Off {
 		visibility = sqsvisibility.New(sqsClient)

@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/config"
-	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/faults"
@@ -62,7 +62,7 @@ func TestProbeTable(t *testing.T) {
 			cfg := ddblocal.Config(ep, tt.transport)
 			cfg.RetryMaxAttempts = 1 // the SDK's retries would only make the outage cases slower
 			client, _ := ddblocal.Client(cfg)
-			store, err := ddbstore.New(client, tt.table, "fn")
+			store, err := dynamostore.New(client, tt.table, dynamostore.Options{Namespace: "fn"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,8 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 )
 
@@ -77,5 +77,5 @@ func (l *Ledger) Do(_ context.Context, ev action.Event) (action.Result, error) {
 		ExpressionAttributeNames: map[string]string{"#entry": AttrEntry},
 	}}
 	body, _ := json.Marshal(entry{Entry: ev.Key, Table: l.Table}) // strings always marshal
-	return action.Result{Status: 201, Body: body, Effects: ddbstore.Effects{put}}, nil
+	return action.Result{Status: 201, Body: body, Effects: dynamostore.Effects{put}}, nil
 }

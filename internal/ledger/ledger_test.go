@@ -12,20 +12,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 )
 
-// Through the engine and the DynamoDB store (minidyn): the entry is written
+// Through the engine and the public DynamoDB store (minidyn): the entry is written
 // once per event, with the record, and a second delivery replays.
 func TestOneEntryPerEvent(t *testing.T) {
 	_, ep := ddblocal.Minidyn(t)
 	client, _ := ddblocal.Client(ddblocal.Config(ep, nil))
 	records, entries := ddblocal.NewTable(t, client), ddblocal.NewTable(t, client)
-	store, err := ddbstore.New(client, records, "ledger-fn")
+	store, err := dynamostore.New(client, records, dynamostore.Options{Namespace: "ledger-fn"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestOneEntryPerEvent(t *testing.T) {
 	}
 	// Even a writer that bypasses the engine cannot enter the event twice.
 	again, _ := l.Do(context.Background(), ev)
-	put := again.Effects.(ddbstore.Effects)[0].Put
+	put := again.Effects.(dynamostore.Effects)[0].Put
 	_, err = client.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item,
 		ConditionExpression: put.ConditionExpression, ExpressionAttributeNames: put.ExpressionAttributeNames})
 	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); !ok {
@@ -75,7 +75,7 @@ func TestEntryShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eff := res.Effects.(ddbstore.Effects)
+	eff := res.Effects.(dynamostore.Effects)
 	if len(eff) != 1 || eff[0].Put == nil || aws.ToString(eff[0].Put.ConditionExpression) != "attribute_not_exists(#entry)" {
 		t.Fatalf("effects %+v; want one conditional put", eff)
 	}
