@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/emf"
@@ -108,7 +109,7 @@ func TestTemplate(t *testing.T) {
 		}
 	})
 
-	t.Run("table key and TTL match ddbstore", func(t *testing.T) {
+	t.Run("table key and TTL match the table contract (dynamostore)", func(t *testing.T) {
 		p := tpl.props(table)
 		if got, want := str(get(p, "BillingMode")), "PAY_PER_REQUEST"; got != want {
 			t.Errorf("BillingMode got %q, want %q", got, want)
@@ -117,18 +118,18 @@ func TestTemplate(t *testing.T) {
 		for _, k := range items(get(p, "KeySchema")) {
 			hash = append(hash, str(get(k, "AttributeName"))+" "+str(get(k, "KeyType")))
 		}
-		if diff := cmp.Diff([]string{ddbstore.AttrPK + " HASH"}, hash); diff != "" {
+		if diff := cmp.Diff([]string{dynamostore.KeyAttribute + " HASH"}, hash); diff != "" {
 			t.Errorf("KeySchema (-want +got):\n%s", diff)
 		}
 		types := map[string]string{}
 		for _, d := range items(get(p, "AttributeDefinitions")) {
 			types[str(get(d, "AttributeName"))] = str(get(d, "AttributeType"))
 		}
-		if got, want := types[ddbstore.AttrPK], "S"; got != want {
-			t.Errorf("AttributeType of %q got %q, want %q", ddbstore.AttrPK, got, want)
+		if got, want := types[dynamostore.KeyAttribute], "S"; got != want {
+			t.Errorf("AttributeType of %q got %q, want %q", dynamostore.KeyAttribute, got, want)
 		}
-		if got, want := str(get(p, "TimeToLiveSpecification", "AttributeName")), ddbstore.TTLAttribute; got != want {
-			t.Errorf("TTL AttributeName got %q, want %q (ddbstore.TTLAttribute)", got, want)
+		if got, want := str(get(p, "TimeToLiveSpecification", "AttributeName")), dynamostore.TTLAttribute; got != want {
+			t.Errorf("TTL AttributeName got %q, want %q (dynamostore.TTLAttribute)", got, want)
 		}
 		for _, path := range [][]string{
 			{"TimeToLiveSpecification", "Enabled"},
@@ -178,7 +179,7 @@ func TestTemplate(t *testing.T) {
 		for _, fn := range functions {
 			for _, st := range tpl.roleStatements(t, fn) {
 				for _, action := range scalars(get(st, "Action")) {
-					if slices.Contains(ddbstore.AdminIAMActions(), action) && !slices.Contains(ddbstore.RequiredIAMActions(), action) {
+					if slices.Contains(ddbstore.AdminIAMActions(), action) && !slices.Contains(dynamostore.RequiredIAMActions(), action) {
 						t.Errorf("%s: Action %s is an operator's (oncelyctl runs with the operator's credentials), want the function's role without it", fn, action)
 					}
 				}
@@ -665,7 +666,7 @@ func checkIAM(t *testing.T, tpl template, functions []string, table string, para
 			t.Errorf("%s: got Policies, want none (SAM ignores them beside a Role; grants go in the role)", fn)
 		}
 		// Each resource, and exactly the actions its driver lists.
-		want := map[string][]string{table: ddbstore.RequiredIAMActions(), "LedgerTable": ledger.RequiredIAMActions()}
+		want := map[string][]string{table: dynamostore.RequiredIAMActions(), "LedgerTable": ledger.RequiredIAMActions()}
 		// The secrets its environment names (the inbound sources' only on
 		// the API function, and only when the route is on).
 		for _, secret := range tpl.ofType("AWS::SecretsManager::Secret") {
