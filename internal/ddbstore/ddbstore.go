@@ -1,5 +1,8 @@
 // Package ddbstore is the DynamoDB driver for idem.Store: the one that makes
-// the engine's guarantees hold across processes and machines.
+// the engine's guarantees hold across processes and machines. It is the
+// implementation of the public package dynamostore (which wraps Store and
+// adds nothing to its behaviour), plus what only this module needs: the
+// operators' Admin, listings, capacity estimates and CreateTable.
 //
 // Every write of a record is one conditional request (poison and forget
 // notes are plain puts under keys of their own). A reservation is a PutItem that

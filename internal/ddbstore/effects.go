@@ -29,6 +29,10 @@ const (
 	maxTokenLen = 36
 )
 
+// Effects are the implementation's name for dynamostore.Effects (the
+// public type, which actions return; dynamostore.Store converts it to this
+// one before committing), used by this package's own tests and tools.
+//
 // Effects are an action's writes in DynamoDB's terms: Put, Update, Delete
 // or ConditionCheck transaction items, on any table the function may write,
 // each with its own condition if it needs one. The store commits them with
