@@ -32,6 +32,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/faults"
 	"github.com/oncely/oncely/internal/testing/storetest"
+	conformance "github.com/oncely/oncely/storetest"
 )
 
 // env is one DynamoDB-compatible server with a fresh table.
@@ -68,20 +69,20 @@ func motoEnv(t *testing.T) *env {
 	return newEnv(t, ddblocal.MotoEndpoint(t), nil)
 }
 
-// harness runs the suite on one server, with faults injected between the
-// store and that server for the classification tests.
-func harness(endpoint string) storetest.Harness {
+// harness runs the public suite on one server, with faults injected
+// between the store and that server for the classification tests, poison
+// notes, and effects (puts into a second table).
+func harness(endpoint string) conformance.Harness {
 	var shared *ddbstore.Admin
-	return storetest.Harness{
-		// An Admin is the function's Store plus idem.Operator, which lets
-		// the suite check that the function's writes keep an audit.
+	return conformance.Harness{
 		NewStore: func(t *testing.T) idem.Store {
 			if shared == nil {
 				shared = newEnv(t, endpoint, nil).admin(t)
 			}
 			return shared
 		},
-		NewFaulty: func(t *testing.T, k faults.Kind) (idem.Store, string) {
+		NewFaulty: func(t *testing.T, f conformance.Fault) (idem.Store, string) {
+			k := faults.Kind(f)
 			ft := &faults.Transport{Replies: ddblocal.Replies}
 			cfg := ddblocal.Config(endpoint, ft)
 			cfg.Retryer = quickRetryer
@@ -94,6 +95,8 @@ func harness(endpoint string) storetest.Harness {
 			}
 			return e.store, e.table
 		},
+		Poison:  func(t *testing.T) idem.PoisonStore { return newEnv(t, endpoint, nil).store },
+		Effects: func(t *testing.T) conformance.EffectHarness { return effectHarness(t, endpoint) },
 	}
 }
 
@@ -103,17 +106,17 @@ func quickRetryer() aws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) { o.Backoff = retry.NewExponentialJitterBackoff(20 * time.Millisecond) })
 }
 
+// The public conformance suite (store, poison notes, effects) and the
+// operators' suite, on minidyn and on moto.
 func TestConformanceMinidyn(t *testing.T) {
 	_, ep := ddblocal.Minidyn(t)
-	storetest.RunStoreTests(t, harness(ep))
-	storetest.RunPoisonTests(t, newEnv(t, ep, nil).store)
+	conformance.Run(t, harness(ep))
 	storetest.RunOperatorTests(t, operatorHarness(ep))
 }
 
 func TestConformanceMoto(t *testing.T) {
 	ep := ddblocal.MotoEndpoint(t)
-	storetest.RunStoreTests(t, harness(ep))
-	storetest.RunPoisonTests(t, newEnv(t, ep, nil).store)
+	conformance.Run(t, harness(ep))
 	storetest.RunOperatorTests(t, operatorHarness(ep))
 }
 
@@ -162,8 +165,8 @@ func TestConformanceRealAWS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return store }})
-	storetest.RunPoisonTests(t, store)
+	conformance.Run(t, conformance.Harness{NewStore: func(*testing.T) idem.Store { return store },
+		Poison: func(*testing.T) idem.PoisonStore { return store }})
 }
 
 func engineOn(t *testing.T, s idem.Store) *idem.Engine {
@@ -820,7 +823,7 @@ func TestStoreRetriesEndWithinTheInvocationBudget(t *testing.T) {
 
 // effectHarness runs the EffectStore suite on a server: effects are puts
 // into a second table, each on the condition that its item is new.
-func effectHarness(t *testing.T, endpoint string) storetest.EffectHarness {
+func effectHarness(t *testing.T, endpoint string) conformance.EffectHarness {
 	e := newEnv(t, endpoint, nil)
 	other := ddblocal.NewTable(t, e.client)
 	put := func(name string) types.TransactWriteItem {
@@ -838,7 +841,7 @@ func effectHarness(t *testing.T, endpoint string) storetest.EffectHarness {
 		}
 		return len(out.Item) > 0
 	}
-	return storetest.EffectHarness{
+	return conformance.EffectHarness{
 		Store:  e.store,
 		Write:  func(t *testing.T, name string) idem.Effects { return ddbstore.Effects{put(name)} },
 		Exists: exists,
@@ -858,15 +861,6 @@ func effectHarness(t *testing.T, endpoint string) storetest.EffectHarness {
 		},
 		Twice: func(t *testing.T, name string) idem.Effects { return ddbstore.Effects{put(name), put(name)} },
 	}
-}
-
-func TestEffectsMinidyn(t *testing.T) {
-	_, ep := ddblocal.Minidyn(t)
-	storetest.RunEffectTests(t, effectHarness(t, ep))
-}
-
-func TestEffectsMoto(t *testing.T) {
-	storetest.RunEffectTests(t, effectHarness(t, ddblocal.MotoEndpoint(t)))
 }
 
 // replyTransport answers the operations in ops with a fixed DynamoDB error

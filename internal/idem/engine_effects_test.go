@@ -17,7 +17,7 @@ type names []string
 func (n names) Len() int { return len(n) }
 
 // effectStore is an in-memory EffectStore (the real one is DynamoDB's,
-// checked by storetest.RunEffectTests); fail, when set, is the error its
+// checked by the public storetest suite); fail, when set, is the error its
 // next commits return.
 type effectStore struct {
 	*memstore.Store

@@ -18,7 +18,7 @@ import (
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/memstore"
-	"github.com/oncely/oncely/internal/testing/storetest"
+	"github.com/oncely/oncely/storetest"
 )
 
 // fakeClock is the engine's injected time: Sleep advances it and records
@@ -395,7 +395,7 @@ func TestRetentionExpiryCountsAsAbsent(t *testing.T) {
 }
 
 func TestFalsyResultsReplayWithoutRerunning(t *testing.T) {
-	for name, result := range storetest.Shapes {
+	for name, result := range storetest.ResultShapes() {
 		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			f := newFixture(t)
 			act := &counter{result: result}

@@ -69,6 +69,7 @@ func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
 		name string
 		fn   func(t *testing.T, s OperatorStore)
 	}{
+		{"TakeOverKeepsTheAudit", func(t *testing.T, s OperatorStore) { testTakeOverKeepsAudit(t, s) }},
 		{"ReleaseFailedRecord", testReleaseFailed},
 		{"ReleaseEndedLease", testReleaseEndedLease},
 		{"ReleaseLiveLeaseRefused", testReleaseLiveLease},

@@ -15,13 +15,18 @@ import (
 	"github.com/oncely/oncely/internal/testing/faults"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/storetest"
+	conformance "github.com/oncely/oncely/storetest"
 )
 
-// The suite checks itself against the reference store.
+// The suites check themselves against the reference store: the public
+// store contract's (package storetest, with poison notes) and the
+// operators'.
 func TestRunStoreTestsOnMemstore(t *testing.T) {
-	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) idem.Store { return memstore.New() }})
 	s := memstore.New()
-	storetest.RunPoisonTests(t, s)
+	conformance.Run(t, conformance.Harness{
+		NewStore: func(*testing.T) idem.Store { return memstore.New() },
+		Poison:   func(*testing.T) idem.PoisonStore { return s },
+	})
 	if len(s.Poisons()) != 2 {
 		t.Errorf("poison notes %v; want the suite's 2 (each stored twice, kept once)", s.Poisons())
 	}
@@ -93,11 +98,13 @@ func TestBrokenStore(t *testing.T) {
 		t.Skip("run by TestSuiteCatchesBrokenStores")
 	}
 	b := broken[name]
-	h := storetest.Harness{NewStore: func(*testing.T) idem.Store { return b.store() }}
+	h := conformance.Harness{NewStore: func(*testing.T) idem.Store { return b.store() }}
 	if b.faulty != nil {
-		h.NewFaulty = func(_ *testing.T, k faults.Kind) (idem.Store, string) { return b.faulty(k), "the-table" }
+		h.NewFaulty = func(_ *testing.T, f conformance.Fault) (idem.Store, string) {
+			return b.faulty(faults.Kind(f)), "the-table"
+		}
 	}
-	storetest.RunStoreTests(t, h)
+	conformance.Run(t, h)
 	if _, ok := b.store().(storetest.OperatorStore); ok {
 		storetest.RunOperatorTests(t, func(*testing.T) storetest.OperatorStore { return b.store().(storetest.OperatorStore) })
 	}
@@ -119,7 +126,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 				t.Fatalf("the suite passed a store that breaks %q:\n%s", name, out)
 			}
 			for _, test := range b.mustFail {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenStore/"+test) {
+				if !failed(string(out), "TestBrokenStore", test) {
 					t.Errorf("%s did not fail for store %q", test, name)
 				}
 			}
@@ -358,9 +365,15 @@ func (m *memEffects) CompleteWithEffects(ctx context.Context, f idem.Finish, eff
 	return m.Store.Complete(ctx, f)
 }
 
-func effectHarness(bug string) storetest.EffectHarness {
+func effectHarness(bug string) conformance.Harness {
 	m := &memEffects{Store: memstore.New(), items: map[string]bool{}, bug: bug}
-	return storetest.EffectHarness{
+	return conformance.Harness{NewStore: func(*testing.T) idem.Store { return m }, Effects: func(*testing.T) conformance.EffectHarness {
+		return effects(m)
+	}}
+}
+
+func effects(m *memEffects) conformance.EffectHarness {
+	return conformance.EffectHarness{
 		Store:  m,
 		Write:  func(_ *testing.T, name string) idem.Effects { return writes{name} },
 		Exists: func(_ *testing.T, name string) bool { m.mu.Lock(); defer m.mu.Unlock(); return m.items[name] },
@@ -378,7 +391,7 @@ func effectHarness(bug string) storetest.EffectHarness {
 }
 
 func TestRunEffectTestsOnAReferenceStore(t *testing.T) {
-	storetest.RunEffectTests(t, effectHarness(""))
+	conformance.Run(t, effectHarness(""))
 }
 
 func TestBrokenEffectStore(t *testing.T) {
@@ -386,7 +399,7 @@ func TestBrokenEffectStore(t *testing.T) {
 	if bug == "" {
 		t.Skip("run by TestEffectSuiteCatchesBrokenStores")
 	}
-	storetest.RunEffectTests(t, effectHarness(bug))
+	conformance.Run(t, effectHarness(bug))
 }
 
 func TestEffectSuiteCatchesBrokenStores(t *testing.T) {
@@ -403,7 +416,7 @@ func TestEffectSuiteCatchesBrokenStores(t *testing.T) {
 				t.Fatalf("the effect suite passed a store that is %q:\n%s", bug, out)
 			}
 			for _, test := range mustFail {
-				if !strings.Contains(string(out), "--- FAIL: TestBrokenEffectStore/"+test) {
+				if !failed(string(out), "TestBrokenEffectStore", test) {
 					t.Errorf("%s did not fail for a %q store:\n%s", test, bug, out)
 				}
 			}
@@ -570,4 +583,16 @@ func (s slowReservations) TakeOver(ctx context.Context, prev idem.Record, r idem
 // DEADLINE here: 100 ms of the window left after the reservation.)
 func TestAbandonCasesSurviveSlowReservations(t *testing.T) {
 	storetest.RunAbandonTests(t, func(*testing.T) idem.Store { return slowReservations{memstore.New()} })
+}
+
+// failed reports whether a verbose test run's output says that subtest test
+// of top failed, at any depth of the suites' grouping (Store/, Effects/,
+// Poison/, or the operators' suite at the top).
+func failed(out, top, test string) bool {
+	for _, group := range []string{"", "Store/", "Effects/", "Poison/"} {
+		if strings.Contains(out, "--- FAIL: "+top+"/"+group+test+" ") {
+			return true
+		}
+	}
+	return false
 }

@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/driver"
 )
 
 // heldFailure stores a retryable failure of a fresh key held off until
 // now+hold, as the engine's release after a sent request does, and returns
 // its reservation and the record as read back at now.
-func heldFailure(t *testing.T, s idem.Store, now time.Time, hold time.Duration) (idem.Reservation, idem.Record) {
+func heldFailure(t *testing.T, s driver.Store, now time.Time, hold time.Duration) (driver.Reservation, driver.Record) {
 	t.Helper()
 	r := reservation(t, uniqueKey(t), fpA, now)
 	mustReserve(t, s, r)
 	f := finish(r, now, 1)
-	f.ErrorCode, f.ErrorMessage, f.Retryable = idem.CodeTransientFailure, "timed out once written", true
+	f.ErrorCode, f.ErrorMessage, f.Retryable = driver.CodeTransientFailure, "timed out once written", true
 	f.HoldUntil = now.Add(hold)
 	if err := s.Fail(context.Background(), f); err != nil {
 		t.Fatalf("Fail with a hold-off: %v", err)
@@ -27,7 +27,7 @@ func heldFailure(t *testing.T, s idem.Store, now time.Time, hold time.Duration) 
 // testHoldOff: a retryable failure held off is stored with its hold-off,
 // and no reservation or take-over acquires the key before it ends, whatever
 // the caller read; at its end a take-over succeeds and drops it.
-func testHoldOff(t *testing.T, s idem.Store) {
+func testHoldOff(t *testing.T, s driver.Store) {
 	ctx := context.Background()
 	now := base()
 	r, held := heldFailure(t, s, now, 10*time.Second)
@@ -46,7 +46,7 @@ func testHoldOff(t *testing.T, s idem.Store) {
 	if err != nil || ok {
 		t.Fatalf("TakeOver during the hold-off = acquired %v, err %v; want refused", ok, err)
 	}
-	if rec.Token != r.Token || rec.Status != idem.StatusFailed {
+	if rec.Token != r.Token || rec.Status != driver.StatusFailed {
 		t.Errorf("refused TakeOver returned %s under %s; want the held FAILED record under %s", rec.Status, rec.Token, r.Token)
 	}
 	// The store judges the stored hold-off, not the caller's copy: a
@@ -70,39 +70,16 @@ func testHoldOff(t *testing.T, s idem.Store) {
 
 // testFailWithoutHoldOff: a failure written without a hold-off stores none
 // (records of older writers), and a completion drops none it could carry.
-func testFailWithoutHoldOff(t *testing.T, s idem.Store) {
+func testFailWithoutHoldOff(t *testing.T, s driver.Store) {
 	now := base()
 	r := reservation(t, uniqueKey(t), fpA, now)
 	mustReserve(t, s, r)
 	f := finish(r, now, 1)
-	f.ErrorCode, f.Retryable = idem.CodeTransientFailure, true
+	f.ErrorCode, f.Retryable = driver.CodeTransientFailure, true
 	if err := s.Fail(context.Background(), f); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
 	if rec := mustGet(t, s, r.Key, now); !rec.HoldUntil.IsZero() || !rec.Claimable(now) {
 		t.Errorf("a failure without a hold-off reads back with hold %v, claimable %v; want none, claimable at once", rec.HoldUntil, rec.Claimable(now))
-	}
-}
-
-// testReleaseClearsHoldOff: an operator's release of a held-off record ends
-// the hold-off at once; the next delivery takes the key over.
-func testReleaseClearsHoldOff(t *testing.T, s OperatorStore) {
-	ctx := context.Background()
-	now := base()
-	_, held := heldFailure(t, s, now, time.Minute)
-	rel := release(t, now.Add(time.Second))
-	rec, ok, err := s.Release(ctx, held, rel)
-	if err != nil || !ok {
-		t.Fatalf("Release of a held-off record = ok %v, err %v; want released", ok, err)
-	}
-	if !rec.HoldUntil.IsZero() {
-		t.Errorf("Release returned hold %v; want none", rec.HoldUntil)
-	}
-	if cur := mustGet(t, s, held.Key, rel.Now); !cur.HoldUntil.IsZero() {
-		t.Errorf("Get after Release: hold %v; want none", cur.HoldUntil)
-	}
-	next := reservation(t, held.Key, fpA, rel.Now)
-	if got, ok, err := s.TakeOver(ctx, rec, next); err != nil || !ok || got.Attempts != 1 {
-		t.Fatalf("TakeOver after the release, within the old hold-off = acquired %v, attempts %d, err %v; want acquired at attempt 1", ok, got.Attempts, err)
 	}
 }

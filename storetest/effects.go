@@ -7,31 +7,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/driver"
 )
 
-// EffectHarness makes what RunEffectTests needs from a store that commits
-// effects (idem.EffectStore). Effects are in the store's own terms, so the
+// EffectHarness makes what the EffectStore tests need from a store that
+// commits effects (driver.EffectStore). Effects are in the store's own terms, so the
 // harness builds them.
 type EffectHarness struct {
-	Store idem.EffectStore
+	Store driver.EffectStore
 	// Write returns effects that create the item named name, on the
 	// condition that it does not exist yet.
-	Write func(t *testing.T, name string) idem.Effects
+	Write func(t *testing.T, name string) driver.Effects
 	// Exists reports whether the item named name was written.
 	Exists func(t *testing.T, name string) bool
 	// Conflict returns effects that write the item named name and then a
 	// second item whose condition fails: neither may be applied.
-	Conflict func(t *testing.T, name string) idem.Effects
+	Conflict func(t *testing.T, name string) driver.Effects
 	// TooMany returns more effects than one commit can hold, writing items
 	// named after prefix.
-	TooMany func(t *testing.T, prefix string) idem.Effects
+	TooMany func(t *testing.T, prefix string) driver.Effects
 	// Twice returns effects that write the item named name twice.
-	Twice func(t *testing.T, name string) idem.Effects
+	Twice func(t *testing.T, name string) driver.Effects
 }
 
-// RunEffectTests checks the EffectStore contract (internal/idem/store.go).
-func RunEffectTests(t *testing.T, h EffectHarness) {
+// runEffectTests checks the EffectStore contract.
+func runEffectTests(t *testing.T, h EffectHarness) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, h EffectHarness)
@@ -50,8 +50,8 @@ func RunEffectTests(t *testing.T, h EffectHarness) {
 	}
 }
 
-func code(err error) idem.Code {
-	var ce *idem.ClassifiedError
+func code(err error) driver.Code {
+	var ce *driver.ClassifiedError
 	if errors.As(err, &ce) {
 		return ce.Code
 	}
@@ -71,7 +71,7 @@ func testEffectsCommit(t *testing.T, h EffectHarness) {
 	if !h.Exists(t, name) {
 		t.Errorf("the effect was not applied")
 	}
-	if rec := mustGet(t, h.Store, r.Key, now); rec.Status != idem.StatusSucceeded || string(rec.Result) != `{"entry":1}` {
+	if rec := mustGet(t, h.Store, r.Key, now); rec.Status != driver.StatusSucceeded || string(rec.Result) != `{"entry":1}` {
 		t.Errorf("record %s %q; want SUCCEEDED with the result", rec.Status, rec.Result)
 	}
 }
@@ -88,13 +88,13 @@ func testEffectsFenced(t *testing.T, h EffectHarness) {
 	}
 	name := uniqueKey(t)
 	err := h.Store.CompleteWithEffects(context.Background(), finish(r, later, 1), h.Write(t, name))
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	if !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("the stale owner's commit = %v; want LEASE_LOST", err)
 	}
 	if h.Exists(t, name) {
 		t.Errorf("the stale owner's effect was applied")
 	}
-	if rec := mustGet(t, h.Store, r.Key, later); rec.Token != next.Token || rec.Status != idem.StatusInProgress {
+	if rec := mustGet(t, h.Store, r.Key, later); rec.Token != next.Token || rec.Status != driver.StatusInProgress {
 		t.Errorf("record %+v; want the new owner's, untouched", rec)
 	}
 }
@@ -109,7 +109,7 @@ func testEffectsOnlyFromInProgress(t *testing.T, h EffectHarness) {
 		t.Fatal(err)
 	}
 	name := uniqueKey(t)
-	if err := h.Store.CompleteWithEffects(context.Background(), finish(r, now, 1), h.Write(t, name)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := h.Store.CompleteWithEffects(context.Background(), finish(r, now, 1), h.Write(t, name)); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("commit on a FAILED record = %v; want LEASE_LOST", err)
 	}
 	if h.Exists(t, name) {
@@ -123,28 +123,28 @@ func testEffectsConflict(t *testing.T, h EffectHarness) {
 	mustReserve(t, h.Store, r)
 	name := uniqueKey(t)
 	err := h.Store.CompleteWithEffects(context.Background(), finish(r, now, 1), h.Conflict(t, name))
-	if code(err) != idem.CodeEffectConditionFailed || idem.Classify(err) != idem.ClassPermanent {
-		t.Fatalf("commit with a failing condition = %v; want permanent %s", err, idem.CodeEffectConditionFailed)
+	if code(err) != driver.CodeEffectConditionFailed || driver.Classify(err) != driver.ClassPermanent {
+		t.Fatalf("commit with a failing condition = %v; want permanent %s", err, driver.CodeEffectConditionFailed)
 	}
 	if h.Exists(t, name) {
 		t.Errorf("a write of a cancelled commit was applied")
 	}
-	if rec := mustGet(t, h.Store, r.Key, now); rec.Status != idem.StatusInProgress {
+	if rec := mustGet(t, h.Store, r.Key, now); rec.Status != driver.StatusInProgress {
 		t.Errorf("record %s; want still IN_PROGRESS (the engine records the failure)", rec.Status)
 	}
 }
 
 func testEffectsInvalid(t *testing.T, h EffectHarness) {
-	for what, effects := range map[string]func(*testing.T, string) idem.Effects{"too many": h.TooMany, "one item twice": h.Twice} {
+	for what, effects := range map[string]func(*testing.T, string) driver.Effects{"too many": h.TooMany, "one item twice": h.Twice} {
 		now := base()
 		r := reservation(t, uniqueKey(t), fpA, now)
 		mustReserve(t, h.Store, r)
 		name := uniqueKey(t)
 		err := h.Store.CompleteWithEffects(context.Background(), finish(r, now, 1), effects(t, name))
-		if code(err) != idem.CodeInvalidEffects || idem.Classify(err) != idem.ClassPermanent || err.Error() == "" {
-			t.Errorf("%s: %v; want permanent %s with a message", what, err, idem.CodeInvalidEffects)
+		if code(err) != driver.CodeInvalidEffects || driver.Classify(err) != driver.ClassPermanent || err.Error() == "" {
+			t.Errorf("%s: %v; want permanent %s with a message", what, err, driver.CodeInvalidEffects)
 		}
-		if rec := mustGet(t, h.Store, r.Key, now); rec.Status != idem.StatusInProgress {
+		if rec := mustGet(t, h.Store, r.Key, now); rec.Status != driver.StatusInProgress {
 			t.Errorf("%s: record %s; want untouched", what, rec.Status)
 		}
 	}
@@ -165,7 +165,7 @@ func testEffectsRepeat(t *testing.T, h EffectHarness) {
 			t.Fatalf("commit #%d: %v; want success (a repeat of a committed call is not a failure)", i+1, err)
 		}
 	}
-	if rec := mustGet(t, h.Store, r.Key, now); rec.Status != idem.StatusSucceeded || !h.Exists(t, name) {
+	if rec := mustGet(t, h.Store, r.Key, now); rec.Status != driver.StatusSucceeded || !h.Exists(t, name) {
 		t.Errorf("record %s, effect applied %v; want SUCCEEDED and applied", rec.Status, h.Exists(t, name))
 	}
 }
@@ -214,7 +214,7 @@ func testEffectsRace(t *testing.T, h EffectHarness) {
 		currentErr = h.Store.CompleteWithEffects(context.Background(), finish(next, later, 2), h.Write(t, current))
 	})
 	wg.Wait()
-	if !errors.Is(lateErr, idem.ErrLeaseLost) || currentErr != nil {
+	if !errors.Is(lateErr, driver.ErrLeaseLost) || currentErr != nil {
 		t.Fatalf("late owner %v, current owner %v; want LEASE_LOST and success", lateErr, currentErr)
 	}
 	if h.Exists(t, late) || !h.Exists(t, current) {
