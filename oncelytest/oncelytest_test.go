@@ -9,14 +9,16 @@ import (
 
 	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/driver"
-	"github.com/oncely/oncely/internal/testing/storetest"
 	"github.com/oncely/oncely/oncelytest"
+	"github.com/oncely/oncely/storetest"
 )
 
 // The store a user's tests get is held to the same contract as every other.
 func TestStorePassesTheConformanceSuite(t *testing.T) {
-	storetest.RunStoreTests(t, storetest.Harness{NewStore: func(*testing.T) driver.Store { return oncelytest.NewStore() }})
-	storetest.RunPoisonTests(t, oncelytest.NewStore())
+	storetest.Run(t, storetest.Harness{
+		NewStore: func(*testing.T) driver.Store { return oncelytest.NewStore() },
+		Poison:   func(*testing.T) driver.PoisonStore { return oncelytest.NewStore() },
+	})
 }
 
 func TestClockReadsWhatItWasSetTo(t *testing.T) {
