@@ -81,7 +81,7 @@ func Classify(err error) driver.Class {
 // Mark returns err marked with its class, for an action to return: a
 // throttled or 5xx call is marked transient (retried in the call), a
 // refusal permanent, and a request that may have been applied is marked
-// sent ([driver.TransientSent] (oncely.TransientSent): retried on a later delivery, after
+// sent ([driver.TransientSent]: retried on a later delivery, after
 // Options.SentPause). An error already marked, nil, and an error Classify
 // calls ClassUnknown are returned unchanged.
 func Mark(err error) error {
