@@ -51,7 +51,8 @@
 // will not, [OutcomeUnknown] for a side effect you cannot know the outcome
 // of. An error nothing marks is stored as a permanent failure and never
 // run again, since a retry might repeat a side effect; [Options.Classify]
-// can mark them for you (AWS SDK errors, for example). A replayed
+// can mark them for you: for errors from AWS calls, set it to
+// awserr.Classify (package github.com/oncely/oncely/awserr). A replayed
 // permanent failure is an *Error with the stored code and its fixed
 // sentence, not your error's text (that went to the attempt's log line);
 // [ErrReplayed] matches every replayed failure.

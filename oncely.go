@@ -56,10 +56,12 @@ type Options struct {
 	// recovery takes SentPause longer). Zero means no pause.
 	SentPause time.Duration
 	// Classify, if set, classifies an error the action returned that nothing
-	// marks (see [Classify]): for example, AWS SDK throttling as transient.
-	// What it leaves as ClassUnknown is permanent, as without it: an unmarked
-	// error is stored as a permanent failure and never run again, since a
-	// retry might repeat a side effect.
+	// marks, before the engine's own rules (see [Classify]): for example,
+	// awserr.Classify makes AWS SDK throttling transient, and a write that
+	// timed out outcome-unknown rather than transient. What it leaves as
+	// ClassUnknown is judged by the engine's rules, as without it: an error
+	// they do not know either is stored as a permanent failure and never
+	// run again, since a retry might repeat a side effect.
 	Classify func(error) Class
 	// Logger receives unmarked errors, panics, lost leases, abandoned
 	// actions and failed completion writes. Nil means slog.Default().
@@ -205,9 +207,15 @@ func (e *Engine) Run(ctx context.Context, req Request, work Work) Outcome {
 	return Outcome(out)
 }
 
-// classified applies Options.Classify to an error nothing marks.
+// classified applies Options.Classify to an error nothing marks, before
+// the engine's own rules (a timeout is transient): the hook can know
+// better, as awserr knows that a write that timed out may have been
+// applied.
 func (e *Engine) classified(err error) error {
-	if err == nil || e.classify == nil || Classify(err) != ClassUnknown {
+	if err == nil || e.classify == nil {
+		return err
+	}
+	if _, marked := errors.AsType[*ClassifiedError](err); marked {
 		return err
 	}
 	if c := e.classify(err); c != ClassUnknown {

@@ -3,6 +3,8 @@ package oncely_test
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"testing"
 
@@ -196,6 +198,36 @@ func TestClassifyHookMarksUnmarkedErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, oncely.Options{Classify: tc.classify, Retry: oncely.RetryPolicy{AttemptsPerDelivery: 1}})
 			_, err := oncely.Do(context.Background(), e, "order:1006:charge", 1, func(context.Context) (int, error) { return 0, throttled })
+			var oe *oncely.Error
+			if !errors.As(err, &oe) || oe.Code != tc.want {
+				t.Errorf("got %v; want %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// The hook judges an unmarked error before the engine's own rules, which
+// call every timeout transient: a hook that knows the timed-out request
+// may have been applied (awserr) is heard. A marked error is not offered.
+func TestClassifyHookComesBeforeTheEnginesRules(t *testing.T) {
+	timedOut := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	hook := func(err error) oncely.Class {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return oncely.ClassOutcomeUnknown
+		}
+		return oncely.ClassUnknown
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want oncely.Code
+	}{
+		{"unmarked timeout", timedOut, oncely.CodeOutcomeUnknown},
+		{"marked timeout", oncely.Transient(timedOut), oncely.CodeTransientFailure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, oncely.Options{Classify: hook, Retry: oncely.RetryPolicy{AttemptsPerDelivery: 1}})
+			_, err := oncely.Do(context.Background(), e, "order:1008:"+strings.ReplaceAll(tc.name, " ", "-"), 1, func(context.Context) (int, error) { return 0, tc.err })
 			var oe *oncely.Error
 			if !errors.As(err, &oe) || oe.Code != tc.want {
 				t.Errorf("got %v; want %s", err, tc.want)

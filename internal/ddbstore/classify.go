@@ -8,10 +8,10 @@ import (
 	"net"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/oncely/oncely/awserr"
 	"github.com/oncely/oncely/internal/idem"
 )
 
@@ -82,64 +82,49 @@ func errorCode(err error) string {
 	return "no reply"
 }
 
-// classify turns an SDK error (after the SDK's own retries) into idem's
-// classes, around a *CallError. It is called at each call site with the
-// operation's name. Conditional-check failures never reach it: they are
-// domain results.
+// classify wraps an SDK error (after the SDK's own retries) in a
+// *CallError marked with the class awserr gives it: the translator alone
+// decides. A write that got no reply is ClassOutcomeUnknown (it may have
+// been applied), a read that got none transient. Conditional-check
+// failures never reach it: they are domain results. The code checks here
+// only choose a refusal's hint, naming what is missing.
 func (s *Store) classify(op string, err error) error {
 	call := &CallError{Op: op, Table: s.table, Code: errorCode(err), Err: err}
-	var (
-		throughput   *types.ProvisionedThroughputExceededException
-		throttling   *types.ThrottlingException
-		requestLimit *types.RequestLimitExceeded
-		internal     *types.InternalServerError
-		notFound     *types.ResourceNotFoundException
-	)
-	switch {
-	case errors.As(err, &throughput), errors.As(err, &throttling), errors.As(err, &requestLimit), errors.As(err, &internal):
+	switch awserr.Classify(err) {
+	case idem.ClassTransient:
 		return idem.Transient(call)
-	case errors.As(err, &notFound):
-		call.Hint = "the table does not exist: create it (the SAM template does) or fix IDEMPOTENCY_TABLE and the region"
+	case idem.ClassOutcomeUnknown:
+		return idem.OutcomeUnknown(call)
+	case idem.ClassPermanent:
+		call.Hint = s.hint(op, err)
 		return idem.Permanent(call)
 	}
-	if api, ok := errors.AsType[smithy.APIError](err); ok {
-		switch api.ErrorCode() {
-		case "ThrottlingException", "Throttling", "TooManyRequestsException", "RequestThrottled", "TransactionConflictException":
-			return idem.Transient(call)
-		case "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
-			// The credentials themselves were refused: no permission would help.
-			call.Hint = "dynamodb refused the credentials: they are missing, invalid or expired; check the credentials and the region"
-			return idem.Permanent(call)
-		case "AccessDeniedException":
-			caller := s.caller
-			if caller == "" {
-				caller = "the function's role needs"
-			}
-			call.Hint = fmt.Sprintf("access denied: %s %s on it", caller, permissions[op])
-			return idem.Permanent(call)
-		case "ValidationException", "SerializationException":
-			call.Hint = fmt.Sprintf("dynamodb rejected the request as invalid (check the table's key schema: hash key %q of type S)", AttrPK)
-			return idem.Permanent(call)
+	// Not an AWS error the translator knows: the engine's own rules judge it.
+	return call
+}
+
+// hint says what to do about a refusal, by its code.
+func (s *Store) hint(op string, err error) string {
+	api, ok := errors.AsType[smithy.APIError](err)
+	if !ok {
+		return ""
+	}
+	switch api.ErrorCode() {
+	case "ResourceNotFoundException":
+		return "the table does not exist: create it (the SAM template does) or fix IDEMPOTENCY_TABLE and the region"
+	case "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
+		// The credentials themselves were refused: no permission would help.
+		return "dynamodb refused the credentials: they are missing, invalid or expired; check the credentials and the region"
+	case "AccessDeniedException":
+		caller := s.caller
+		if caller == "" {
+			caller = "the function's role needs"
 		}
+		return fmt.Sprintf("access denied: %s %s on it", caller, permissions[op])
+	case "ValidationException", "SerializationException":
+		return fmt.Sprintf("dynamodb rejected the request as invalid (check the table's key schema: hash key %q of type S)", AttrPK)
 	}
-	if re, ok := errors.AsType[*smithyhttp.ResponseError](err); ok {
-		switch code := re.HTTPStatusCode(); {
-		case code >= 500 || code == 429:
-			return idem.Transient(call)
-		case code >= 400:
-			return idem.Permanent(call)
-		}
-	}
-	// No reply. A request that never left (a dial failure) is transient; any
-	// other, including a ctx that ended around the call, may have reached
-	// the server, which leaves a write's outcome unknown.
-	if ne, ok := errors.AsType[*net.OpError](err); ok && ne.Op == "dial" {
-		return idem.Transient(call)
-	}
-	if op == "GetItem" {
-		return idem.Transient(call) // a read has no side effect to be unsure of
-	}
-	return idem.OutcomeUnknown(call)
+	return ""
 }
 
 // missingIndex reports whether a query was refused because the table has

@@ -41,6 +41,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncely/oncely/awserr"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/webhooksig"
 )
@@ -288,26 +289,35 @@ func isNotFound(err error) bool {
 	return ok
 }
 
-// classify names the secret and, for a denial, the permission; it never
-// repeats the SDK's message body, which could echo request content.
+// classify marks err with the class awserr gives it, naming the secret
+// and, for a refusal, what is missing (its code checks only choose that
+// sentence); it never repeats the SDK's message body, which could echo
+// request content.
 func classify(id, stage string, err error) error {
-	if _, ok := errors.AsType[*types.ResourceNotFoundException](err); ok {
-		return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", id, stage))}
-	}
-	if api, ok := errors.AsType[smithy.APIError](err); ok {
-		switch api.ErrorCode() {
+	switch awserr.Classify(err) {
+	case idem.ClassPermanent:
+		if _, ok := errors.AsType[*types.ResourceNotFoundException](err); ok {
+			return notFound{idem.Permanent(fmt.Errorf("secret %s has no %s version (or does not exist)", id, stage))}
+		}
+		code := "refused"
+		if api, ok := errors.AsType[smithy.APIError](err); ok {
+			code = api.ErrorCode()
+		}
+		switch code {
 		case "AccessDeniedException":
-			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", id, RequiredIAMActions()[0], api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("reading secret %s denied: the function's role needs %s on it (%s)", id, RequiredIAMActions()[0], code))
 		case "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException":
-			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("reading secret %s: the credentials were refused (%s): missing, invalid or expired", id, code))
 		case "DecryptionFailure":
-			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", id, api.ErrorCode()))
+			return idem.Permanent(fmt.Errorf("secret %s cannot be decrypted: the role needs kms:Decrypt on its key (%s)", id, code))
 		}
-		if api.ErrorFault() == smithy.FaultClient {
-			return idem.Permanent(fmt.Errorf("secret %s: %s", id, api.ErrorCode()))
-		}
+		return idem.Permanent(fmt.Errorf("secret %s: %s", id, code))
+	case idem.ClassTransient:
+		// A read: a call that got no reply is transient too.
+		return idem.Transient(fmt.Errorf("reading secret %s: %w", id, err))
 	}
-	return idem.Transient(fmt.Errorf("reading secret %s: %w", id, err))
+	// Not an AWS error the translator knows: the engine's own rules judge it.
+	return fmt.Errorf("reading secret %s: %w", id, err)
 }
 
 func equalKeys(a, b [][]byte) bool { return slices.EqualFunc(a, b, bytes.Equal) }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncely/oncely/awserr"
 	"github.com/oncely/oncely/internal/idem"
 )
 
@@ -53,20 +54,22 @@ func (s *Sender) Send(ctx context.Context, body []byte) (string, error) {
 	return aws.ToString(out.MessageId), nil
 }
 
-// classify names the queue and, for a denial, the permission.
+// classify marks err as awserr does (the SDK's throttling, SQS's
+// RequestThrottled among it, is transient; a missing queue, a message SQS
+// refuses, refused credentials are permanent; a send that got no reply is
+// marked sent: the envelope may be queued, and the consumer de-duplicates
+// a second copy by its delivery id, so the sender's retry is safe). It
+// names the queue and, for a denial, the permission: its code checks only
+// choose that sentence.
 func (s *Sender) classify(err error) error {
 	wrap := fmt.Errorf("sqs SendMessage to %s: %w", s.url, err)
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
 		case "AccessDenied", "AccessDeniedException":
-			return idem.Permanent(fmt.Errorf("sending to %s denied: the function's role needs %s on it: %w", s.url, RequiredIAMActions()[0], err))
+			wrap = fmt.Errorf("sending to %s denied: the function's role needs %s on it: %w", s.url, RequiredIAMActions()[0], err)
 		case "KMS.AccessDeniedException", "KmsAccessDenied":
-			return idem.Permanent(fmt.Errorf("sending to %s: the role needs kms:GenerateDataKey on the queue's key: %w", s.url, err))
-		}
-		if api.ErrorFault() == smithy.FaultClient {
-			// A missing queue, a message SQS refuses, refused credentials.
-			return idem.Permanent(wrap)
+			wrap = fmt.Errorf("sending to %s: the role needs kms:GenerateDataKey on the queue's key: %w", s.url, err)
 		}
 	}
-	return idem.Transient(wrap)
+	return awserr.Mark(wrap)
 }

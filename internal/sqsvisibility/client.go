@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncely/oncely/awserr"
 	"github.com/oncely/oncely/internal/idem"
 )
 
@@ -104,33 +105,33 @@ func (c *Client) send(ctx context.Context, url string, batch []Change, failed ma
 		if err != nil || i < 0 || i >= len(batch) {
 			continue
 		}
-		e := fmt.Errorf("sqs ChangeMessageVisibility on %s: %s: %s", url, aws.ToString(f.Code), aws.ToString(f.Message))
+		// An entry's failure is SQS's error in all but type: awserr judges
+		// it as it would the call's (a throttled entry, though SQS calls it
+		// the sender's fault, is transient).
+		fault := smithy.FaultServer
 		if f.SenderFault {
-			failed[batch[i].MessageID] = idem.Permanent(e)
-		} else {
-			failed[batch[i].MessageID] = idem.Transient(e)
+			fault = smithy.FaultClient
 		}
+		api := &smithy.GenericAPIError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), Fault: fault}
+		failed[batch[i].MessageID] = awserr.Mark(fmt.Errorf("sqs ChangeMessageVisibility on %s: %w", url, api))
 	}
 }
 
-// classify turns a whole-call error into idem's classes, naming the queue
-// and, for a denial, the permission.
+// classify marks a whole-call error as awserr does (a change that got
+// no reply is marked sent; setting a timeout again is harmless), naming
+// the queue and, for a refusal, what is missing: its code checks only
+// choose that sentence.
 func classify(url string, err error) error {
 	wrap := fmt.Errorf("sqs ChangeMessageVisibilityBatch on %s: %w", url, err)
 	if api, ok := errors.AsType[smithy.APIError](err); ok {
 		switch api.ErrorCode() {
 		case "AccessDenied", "AccessDeniedException":
-			return idem.Permanent(fmt.Errorf("access to %s denied: the function's role needs %s on it: %w", url, RequiredIAMActions()[0], err))
+			wrap = fmt.Errorf("access to %s denied: the function's role needs %s on it: %w", url, RequiredIAMActions()[0], err)
 		case "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "ExpiredToken", "ExpiredTokenException":
-			return idem.Permanent(fmt.Errorf("sqs refused the credentials for %s (%s): missing, invalid or expired: %w", url, api.ErrorCode(), err))
-		case "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist":
-			return idem.Permanent(wrap)
-		}
-		if api.ErrorFault() == smithy.FaultClient {
-			return idem.Permanent(wrap)
+			wrap = fmt.Errorf("sqs refused the credentials for %s (%s): missing, invalid or expired: %w", url, api.ErrorCode(), err)
 		}
 	}
-	return idem.Transient(wrap)
+	return awserr.Mark(wrap)
 }
 
 // QueueURL returns the queue URL for a queue ARN
