@@ -28,7 +28,7 @@ HOST_BOOTSTRAP := $(TOOLS)/host/bootstrap
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 TEST_ENV := IDEM_REQUIRE_MOTO=1 IDEM_REQUIRE_E2E=1 IDEM_REQUIRE_MANAGED=$(IS_ROOT) IDEM_TEST_RIE=$(RIE) IDEM_TEST_WEBHOOK_VERIFIER=$(VENV_VERIFY)/bin/python
 
-.PHONY: help test unit demo soak walkthrough bench bench-ab bench-peer vet fmt-check tools clean host-bootstrap
+.PHONY: help test unit examples examples-lint demo soak walkthrough bench bench-ab bench-peer vet fmt-check tools clean host-bootstrap
 
 ## help: list the targets
 help:
@@ -37,6 +37,8 @@ help:
 ## test: every check and every test (what .ci/run calls)
 test: fmt-check vet tools
 	$(MAKE) --no-print-directory sam-check
+	# the examples module's templates (its functions' tests run in ./... below, under the emulator)
+	$(MAKE) --no-print-directory examples-lint
 	# what waitress does at its connection limit, and that moto_server.py lifts it
 	$(VENV_MOTO)/bin/python -m unittest tools/moto_server_test.py
 	$(TEST_ENV) MOTO_SOAK=1 tools/with-moto.sh $(GO) test -race -count=1 -timeout 15m ./...
@@ -48,6 +50,17 @@ test: fmt-check vet tools
 	# (6 s instead of 32 s after a cold make test here)
 	CGO_ENABLED=0 $(GO) test -tags lambda.norpc -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./internal/sqsbatch/
 	@[ -n "$(IS_ROOT)" ] || echo "note: TestE2EManagedInstances was skipped: the emulator's managed-instances mode needs root (docs/local.md)"
+
+## examples: the examples module (examples/, a module of its own): templates linted, functions driven under the emulator
+examples: tools
+	$(MAKE) --no-print-directory examples-lint
+	$(TEST_ENV) $(GO) test -count=1 ./internal/examples/
+
+# sam validate --lint on each example's template (sam build is not run: it
+# costs seconds of CPU per template).
+examples-lint: $(VENV_SAM)/.installed
+	cd examples && $(GO) vet ./...
+	for t in examples/*/template.yaml; do (cd "$$(dirname "$$t")" && $(SAM_ENV) $(SAM) validate --lint) || exit 1; done
 
 ## unit: the hermetic tests only (minidyn in-process; moto and e2e tests skip)
 unit:
