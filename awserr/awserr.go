@@ -18,6 +18,9 @@
 //     (ConditionalCheckFailedException) is a result of your condition, and a
 //     TransactionCanceledException holds one reason per item that only the
 //     caller can read. Both are ClassUnknown: [Mark] leaves them unmarked.
+//     DynamoDB's TransactionInProgressException says the first send of the
+//     same transaction (its ClientRequestToken) is still being applied:
+//     outcome unknown, as for a write with no reply (rule 5).
 //  2. Throttling is transient: every code of the SDK retryer's
 //     retry.DefaultThrottleErrorCodes (SQS's RequestThrottled among them),
 //     its retry.DefaultRetryableErrorCodes (the server timed out waiting for
@@ -113,6 +116,10 @@ func verdict(err error) (c driver.Class, sent bool) {
 		switch {
 		case notOurs[code]:
 			return driver.ClassUnknown, false
+		case code == "TransactionInProgressException":
+			// DynamoDB: the first send of this very transaction (the same
+			// ClientRequestToken) is still being applied.
+			return driver.ClassOutcomeUnknown, true
 		case isThrottle(code):
 			return driver.ClassTransient, false
 		case permanentCodes[code]:

@@ -158,6 +158,10 @@ func TestRealSDKErrorsAreClassified(t *testing.T) {
 		{"DynamoDB TransactionConflictException", func(t *testing.T) error {
 			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#TransactionConflictException"}), nil))
 		}, transient, transient, false},
+		// The first send of the same transaction is still being applied.
+		{"DynamoDB TransactionInProgressException", func(t *testing.T) error {
+			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#TransactionInProgressException"}), nil))
+		}, outcome, transient, true},
 		{"DynamoDB 500 InternalServerError", func(t *testing.T) error {
 			return putItem(context.Background(), config(server(t, reply{status: 500, typ: "com.amazonaws.dynamodb.v20120810#InternalServerError"}), nil))
 		}, transient, transient, false},

@@ -902,6 +902,10 @@ func TestEffectCommitErrorsAreClassified(t *testing.T) {
 		{"conflict exception", reply("TransactionConflictException", ""), idem.ClassTransient, ""},
 		{"still in progress", reply("TransactionInProgressException", ""), idem.ClassOutcomeUnknown, ""},
 		{"invalid", reply("ValidationException", ""), idem.ClassPermanent, idem.CodeInvalidEffects},
+		{"cancelled by throttling", reply("TransactionCanceledException", `,"CancellationReasons":[{"Code":"None"},{"Code":"ThrottlingError"}]`), idem.ClassTransient, ""},
+		{"cancelled over the request limit", reply("TransactionCanceledException", `,"CancellationReasons":[{"Code":"RequestLimitExceeded"},{"Code":"None"}]`), idem.ClassTransient, ""},
+		{"cancelled on an invalid write", reply("TransactionCanceledException", `,"CancellationReasons":[{"Code":"None"},{"Code":"ValidationError","Message":"too large"}]`), idem.ClassPermanent, idem.CodeInvalidEffects},
+		{"a repeat that differed", reply("IdempotentParameterMismatchException", ""), idem.ClassPermanent, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

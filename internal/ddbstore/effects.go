@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncely/oncely/awserr"
 	"github.com/oncely/oncely/internal/idem"
 )
 
@@ -146,21 +147,14 @@ func (s *Store) checkEffects(f idem.Finish, items []types.TransactWriteItem) err
 }
 
 // transactionError turns a failed transaction into the contract's errors.
+// What a failure means for retrying it is the translator's (awserr, through
+// classify), also for each item's cancellation reason; this function only
+// reads what the contract makes of it: our record's condition (lease lost,
+// or an earlier send of this call that committed), an effect's condition
+// (EFFECT_CONDITION_FAILED) and a refused write (INVALID_EFFECTS).
 func (s *Store) transactionError(ctx context.Context, f idem.Finish, items []types.TransactWriteItem, err error) error {
 	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
 	if !ok {
-		if _, conflict := errors.AsType[*types.TransactionConflictException](err); conflict {
-			return idem.Transient(fmt.Errorf("dynamodb TransactWriteItems on table %q: %w", s.table, err))
-		}
-		if _, ok := errors.AsType[*types.IdempotentParameterMismatchException](err); ok {
-			return idem.Permanent(fmt.Errorf("dynamodb TransactWriteItems on table %q: a repeat differed from the first request: %w", s.table, err))
-		}
-		if _, ok := errors.AsType[*types.TransactionInProgressException](err); ok {
-			// The first send of this very request (same ClientRequestToken)
-			// is still being applied: its outcome is unknown until it ends.
-			// The engine sends it again, and the read-back settles it.
-			return idem.OutcomeUnknown(fmt.Errorf("dynamodb TransactWriteItems on table %q: the first attempt is still in progress: %w", s.table, err))
-		}
 		if api, ok := errors.AsType[smithy.APIError](err); ok && api.ErrorCode() == "ValidationException" {
 			// Our own record update is fixed and valid: what DynamoDB
 			// refuses is in the action's writes (a key schema we cannot
@@ -197,14 +191,38 @@ func (s *Store) transactionError(ctx context.Context, f idem.Finish, items []typ
 		}
 	}
 	for i := range reasons {
-		switch code(i) {
-		case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-			return idem.Transient(fmt.Errorf("dynamodb TransactWriteItems on table %q: %s on write #%d: %w", s.table, code(i), i, err))
-		case "ValidationError":
+		if code(i) == "ValidationError" {
 			return invalidEffects("write #%d: %s", i, aws.ToString(reasons[i].Message))
 		}
+		// A reason is an item's error code in a form of its own: the
+		// translator judges it under the API's name for it.
+		reason := &smithy.GenericAPIError{Code: cancellationCode(code(i)), Message: aws.ToString(reasons[i].Message)}
+		switch awserr.Classify(reason) {
+		case idem.ClassTransient:
+			return idem.Transient(fmt.Errorf("dynamodb TransactWriteItems on table %q: %s on write #%d: %w", s.table, code(i), i, err))
+		case idem.ClassPermanent:
+			return idem.Permanent(fmt.Errorf("dynamodb TransactWriteItems on table %q: %s on write #%d: %w", s.table, code(i), i, err))
+		}
 	}
+	// A cancelled transaction applied nothing: a reason nobody knows is
+	// retried, never stored as a verdict.
 	return idem.Transient(fmt.Errorf("dynamodb TransactWriteItems on table %q: %w", s.table, err))
+}
+
+// cancellationCode is the API's error code for a cancellation reason's
+// code (DynamoDB's TransactWriteItems documentation lists both).
+func cancellationCode(reason string) string {
+	switch reason {
+	case "ThrottlingError":
+		return "ThrottlingException"
+	case "ProvisionedThroughputExceeded":
+		return "ProvisionedThroughputExceededException"
+	case "TransactionConflict":
+		return "TransactionConflictException"
+	case "ItemCollectionSizeLimitExceeded":
+		return "ItemCollectionSizeLimitExceededException"
+	}
+	return reason // RequestLimitExceeded, and None
 }
 
 func invalidEffects(format string, args ...any) error {
