@@ -38,11 +38,13 @@ func run[R any](ctx context.Context, e *Engine, key string, payload []byte, fn f
 	if err != nil {
 		return zero, err
 	}
+	var fresh R // what fn returned, when it ran and succeeded in this call
 	out := e.Run(ctx, req, func(ctx context.Context) ([]byte, Effects, error) {
 		r, err := fn(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
+		fresh = r
 		b, err := json.Marshal(r)
 		if err != nil {
 			return nil, nil, PermanentCode(CodePermanentFailure, fmt.Errorf("oncely: the result cannot be encoded as JSON: %w", err))
@@ -54,6 +56,11 @@ func run[R any](ctx context.Context, e *Engine, key string, payload []byte, fn f
 			return zero, &replayed{out.Err}
 		}
 		return zero, out.Err
+	}
+	if !out.Replayed {
+		// fn's own value: a result that encodes but does not decode back
+		// into R (an interface) fails only its replays, never this call.
+		return fresh, nil
 	}
 	var r R
 	if err := json.Unmarshal(out.Result, &r); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/oncely/oncely/driver"
@@ -210,18 +212,40 @@ func (e *Engine) Run(ctx context.Context, req Request, work Work) Outcome {
 // classified applies Options.Classify to an error nothing marks, before
 // the engine's own rules (a timeout is transient): the hook can know
 // better, as awserr knows that a write that timed out may have been
-// applied.
+// applied. What the engine's rules then call transient (a timeout, a
+// reset, a connection cut, a context that ended) may have come after the
+// work sent a request its receiver has: it is marked sent, so that no
+// second attempt starts in this call and the key is held off for
+// Options.SentPause. Only a failure before anything left (a refused dial,
+// a name that did not resolve) stays plainly transient, retried at once.
 func (e *Engine) classified(err error) error {
-	if err == nil || e.classify == nil {
+	if err == nil {
 		return err
 	}
 	if _, marked := errors.AsType[*ClassifiedError](err); marked {
 		return err
 	}
-	if c := e.classify(err); c != ClassUnknown {
-		return &ClassifiedError{Class: c, Err: err}
+	if e.classify != nil {
+		if c := e.classify(err); c != ClassUnknown {
+			return &ClassifiedError{Class: c, Err: err}
+		}
+	}
+	if Classify(err) == ClassTransient && !neverSent(err) {
+		return TransientSent(err)
 	}
 	return err
+}
+
+// neverSent reports whether err says that no connection was made: nothing
+// of a request can have left.
+func neverSent(err error) bool {
+	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return true
+	}
+	if oe, ok := errors.AsType[*net.OpError](err); ok && oe.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 type keyInContext struct{}

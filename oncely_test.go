@@ -3,10 +3,13 @@ package oncely_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/testing/memstore"
@@ -253,5 +256,55 @@ func TestKeyFromGivesTheWorksKey(t *testing.T) {
 func TestNewNeedsAStore(t *testing.T) {
 	if _, err := oncely.New(nil, oncely.Options{}); err == nil {
 		t.Error("New(nil) succeeded")
+	}
+}
+
+// An unmarked timeout or cut connection may come after the work's request
+// reached its receiver: no second attempt in the call (which would send it
+// again at once), and the key held off for SentPause. A refused dial sent
+// nothing: retried in the call.
+func TestUnmarkedTimeoutsAreNotRetriedInTheCall(t *testing.T) {
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantCalls int
+		wantHold  bool
+	}{
+		{"a read that timed out", timeout, 1, true},
+		{"a reset", fmt.Errorf("post: %w", syscall.ECONNRESET), 1, true},
+		{"the context's end", context.DeadlineExceeded, 1, true},
+		{"a refused dial", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, 3, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, oncely.Options{SentPause: time.Minute, Retry: oncely.RetryPolicy{AttemptsPerDelivery: 3, Base: time.Millisecond, Max: time.Millisecond}})
+			calls := 0
+			_, err := oncely.Do(context.Background(), e, "order:1008:charge", 1, func(context.Context) (int, error) { calls++; return 0, tc.err })
+			var oe *oncely.Error
+			if !errors.As(err, &oe) || oe.Code != oncely.CodeTransientFailure || calls != tc.wantCalls {
+				t.Fatalf("%v after %d calls; want TRANSIENT_FAILURE after %d", err, calls, tc.wantCalls)
+			}
+			if held := oe.RetryAfter >= time.Minute; held != tc.wantHold {
+				t.Errorf("Retry-After %v; want the pause: %v", oe.RetryAfter, tc.wantHold)
+			}
+		})
+	}
+}
+
+type named string
+
+func (n named) String() string { return string(n) }
+
+// A result that encodes but cannot decode back into R (an interface)
+// fails its replays, never the call that ran.
+func TestDoReturnsTheFreshResultAsItIs(t *testing.T) {
+	e := newEngine(t, oncely.Options{})
+	fn := func(context.Context) (fmt.Stringer, error) { return named("r-9"), nil }
+	got, err := oncely.Do(context.Background(), e, "order:1009:charge", 1, fn)
+	if err != nil || got == nil || got.String() != "r-9" {
+		t.Fatalf("first call: %v, %v; want fn's own result", got, err)
+	}
+	if _, err := oncely.Do(context.Background(), e, "order:1009:charge", 1, fn); err == nil {
+		t.Errorf("a replay into an interface succeeded; want the stored result refused")
 	}
 }

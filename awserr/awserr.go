@@ -24,9 +24,10 @@
 //  2. Throttling is transient: every code of the SDK retryer's
 //     retry.DefaultThrottleErrorCodes (SQS's RequestThrottled among them),
 //     its retry.DefaultRetryableErrorCodes (the server timed out waiting for
-//     the request) and DynamoDB's TransactionConflictException. This rule
-//     comes before the client-fault rule: the SDK models some throttling
-//     codes (SQS's RequestThrottled) as the client's fault.
+//     the request), any code that says it throttled (SQS's KmsThrottled),
+//     and DynamoDB's TransactionConflictException. This rule comes before
+//     the client-fault rule: the SDK models some throttling codes (SQS's
+//     RequestThrottled, KmsThrottled) as the client's fault.
 //  3. A refusal a retry will not change is permanent: validation, access
 //     denied (KMS's too), not found, refused credentials, and any other
 //     error the service marks as the client's fault or answers with a 4xx.
@@ -162,7 +163,10 @@ var notOurs = map[string]bool{
 }
 
 // isThrottle reports whether the SDK's retryer treats code as throttling
-// or as retryable, and its friends.
+// or as retryable, and its friends: any code that says it throttled (SQS's
+// KmsThrottled and Kinesis' KMSThrottlingException, which the SDK models as
+// the client's fault and its retryer does not know), and DynamoDB's
+// TransactionConflictException.
 func isThrottle(code string) bool {
 	if _, ok := retry.DefaultThrottleErrorCodes[code]; ok {
 		return true
@@ -170,7 +174,7 @@ func isThrottle(code string) bool {
 	if _, ok := retry.DefaultRetryableErrorCodes[code]; ok {
 		return true
 	}
-	return code == "TransactionConflictException"
+	return strings.Contains(strings.ToLower(code), "throttl") || code == "TransactionConflictException"
 }
 
 // permanentCodes are refusals a retry will not change, named here because

@@ -155,6 +155,10 @@ func TestRealSDKErrorsAreClassified(t *testing.T) {
 		{"DynamoDB ProvisionedThroughputExceededException", func(t *testing.T) error {
 			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"}), nil))
 		}, transient, transient, false},
+		// Throttling the SDK models as the client's fault, unknown to its retryer.
+		{"SQS KmsThrottled", func(t *testing.T) error {
+			return sendMessage(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.sqs#KmsThrottled"}), nil))
+		}, transient, transient, false},
 		{"DynamoDB TransactionConflictException", func(t *testing.T) error {
 			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#TransactionConflictException"}), nil))
 		}, transient, transient, false},
