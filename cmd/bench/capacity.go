@@ -25,12 +25,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // capCall is one store call and what DynamoDB would charge for it.
@@ -244,7 +244,7 @@ func capacityRows(ctx context.Context, moto string) ([]capRow, error) {
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
 	n := notify.New("http://"+l.Addr().String()+"/webhook", 5*time.Second, notify.Classifier{})
-	keys, err := eventkey.New("", "")
+	keys, err := keyexpr.New("", "")
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,6 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/sqsbatch"
@@ -37,6 +36,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/rie"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // A figure is one line of the report.
@@ -228,7 +228,7 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	add("permanent failure", measure(func() { do("evt:calls-3:notify", `{"id":"calls-3"}`) }), 2)
 	add("key reuse (engine; the SQS adapter adds 1 PutItem for the poison note)", measure(func() { do("evt:calls-1:notify", `{"id":"calls-1","x":1}`) }), 1)
 
-	keys, err := eventkey.New("", "")
+	keys, err := keyexpr.New("", "")
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +356,7 @@ func batchLatency(ctx context.Context) ([]figure, error) {
 			if err != nil {
 				return nil, err
 			}
-			keys, err := eventkey.New("", "")
+			keys, err := keyexpr.New("", "")
 			if err != nil {
 				return nil, err
 			}

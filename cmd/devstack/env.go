@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/oncely/oncely/internal/config"
-	"github.com/oncely/oncely/internal/eventkey"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // The stack's names: what the template would call them in a stack named
@@ -27,7 +27,7 @@ const (
 var stackDefaults = map[string]string{
 	config.EnvTable:          defaultTable,
 	config.EnvNamespace:      defaultNamespace,
-	config.EnvKeyJMESPath:    eventkey.DefaultExpression,
+	config.EnvKeyJMESPath:    keyexpr.DefaultExpression,
 	config.EnvNotifyTimeout:  "5s",
 	config.EnvQueueBackoff:   "off",
 	config.EnvWebhookSigning: "off",

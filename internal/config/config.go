@@ -27,10 +27,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // The environment variables, all in one place. Variables lists them for
@@ -109,7 +109,7 @@ type Config struct {
 	TTL            time.Duration
 	Lease          time.Duration // 0: up to the invocation deadline
 	Retry          idem.RetryPolicy
-	Keys           *eventkey.Extractor
+	Keys           *keyexpr.Extractor
 	MaxConcurrency int
 	QueueBackoff   QueueBackoff
 	MaxBodyBytes   int
@@ -270,8 +270,8 @@ func (p *parser) crossCheck(c Config) {
 }
 
 // keys builds the key and fingerprint expressions.
-func (p *parser) keys() *eventkey.Extractor {
-	keys, err := eventkey.New(p.getenv(EnvKeyJMESPath), p.getenv(EnvPayloadJMESPath))
+func (p *parser) keys() *keyexpr.Extractor {
+	keys, err := keyexpr.New(p.getenv(EnvKeyJMESPath), p.getenv(EnvPayloadJMESPath))
 	if err != nil {
 		p.err = fmt.Errorf("config: %s or %s: %w", EnvKeyJMESPath, EnvPayloadJMESPath, err)
 	}

@@ -27,11 +27,11 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // throttlingAWS is a real HTTP server that answers every request as a
@@ -126,7 +126,7 @@ func testRetryQuota(t *testing.T, visibility bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := eventkey.New("", "")
+	keys, err := keyexpr.New("", "")
 	if err != nil {
 		t.Fatal(err)
 	}

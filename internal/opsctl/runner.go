@@ -17,9 +17,9 @@ import (
 
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // runner is one run of one command.
@@ -45,7 +45,7 @@ func (r *runner) flags() *flag.FlagSet {
 	fs := flag.NewFlagSet("oncelyctl "+r.cmd, flag.ContinueOnError)
 	fs.StringVar(&r.table, "table", "", "the records table (default: $"+config.EnvTable+")")
 	fs.StringVar(&r.namespace, "namespace", "", "the function's namespace (default: $"+config.EnvNamespace+", else $"+config.EnvFunctionName+")")
-	fs.StringVar(&r.keyExpr, "key-expr", "", "the function's key expression (default: $"+config.EnvKeyJMESPath+", else "+eventkey.DefaultExpression+")")
+	fs.StringVar(&r.keyExpr, "key-expr", "", "the function's key expression (default: $"+config.EnvKeyJMESPath+", else "+keyexpr.DefaultExpression+")")
 	fs.StringVar(&r.payloadExpr, "payload-expr", "", "the function's payload expression, which get --body fingerprints by (default: $"+config.EnvPayloadJMESPath+", else the whole body)")
 	fs.StringVar(&r.profile, "profile", "", "the AWS profile (default: the SDK's, $AWS_PROFILE)")
 	fs.StringVar(&r.region, "region", "", "the AWS region (default: the SDK's, $AWS_REGION)")
@@ -155,7 +155,7 @@ func (r *runner) resolve() (settings, error) {
 		configuredNamespace: pick("namespace", "", config.EnvNamespace, config.EnvFunctionName),
 	}
 	if s.KeyExpr.Value == "" {
-		s.KeyExpr = setting{eventkey.DefaultExpression, "default"}
+		s.KeyExpr = setting{keyexpr.DefaultExpression, "default"}
 	}
 	if s.PayloadExpr.Value == "" {
 		s.PayloadExpr = setting{"", "default (the whole body)"}
@@ -169,7 +169,7 @@ func (r *runner) resolve() (settings, error) {
 	case strings.Contains(s.Namespace.Value, "#"):
 		return s, usagef("namespace %q (from %s) contains '#'; the function's never does", s.Namespace.Value, s.Namespace.Source)
 	}
-	if _, err := eventkey.New(s.KeyExpr.Value, s.PayloadExpr.Value); err != nil {
+	if _, err := keyexpr.New(s.KeyExpr.Value, s.PayloadExpr.Value); err != nil {
 		return s, usagef("%v (the key expression from %s, the payload expression from %s)", err, s.KeyExpr.Source, s.PayloadExpr.Source)
 	}
 	return s, nil
@@ -258,7 +258,7 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 	if ways != 1 {
 		return nil, usagef("name the record one way: KEY..., --id and --action, --api-key (with --caller), or --body")
 	}
-	x, err := eventkey.New(keyExpr, s.PayloadExpr.Value)
+	x, err := keyexpr.New(keyExpr, s.PayloadExpr.Value)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
@@ -299,7 +299,7 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 // keyOfBody is the record --body names: the key and payload fingerprint
 // the function's expressions x (keyExpr is the key expression's text) give
 // the body in the file named, or on stdin for "-".
-func (r *runner) keyOfBody(file string, x *eventkey.Extractor, keyExpr string) ([]named, error) {
+func (r *runner) keyOfBody(file string, x *keyexpr.Extractor, keyExpr string) ([]named, error) {
 	var body []byte
 	var err error
 	if file == "-" {

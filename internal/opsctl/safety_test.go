@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/opsctl"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // results decodes release or forget --json output by key.
@@ -478,7 +478,7 @@ func TestMessagesNameOnlyFlagsThatExist(t *testing.T) {
 func TestBodyIsFingerprintedLikeTheFunction(t *testing.T) {
 	f := minidynFixture(t)
 	const payloadExpr = "{id: id, action: action, amount: amount}"
-	x, err := eventkey.New("", payloadExpr)
+	x, err := keyexpr.New("", payloadExpr)
 	if err != nil {
 		t.Fatal(err)
 	}

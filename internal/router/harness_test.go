@@ -21,7 +21,6 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
@@ -30,6 +29,7 @@ import (
 	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 const namespace = "handler-test"
@@ -136,7 +136,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 		}
 		return n.Do(ctx, ev)
 	}
-	keys, err := eventkey.New("", o.payloadExpr)
+	keys, err := keyexpr.New("", o.payloadExpr)
 	if err != nil {
 		t.Fatal(err)
 	}

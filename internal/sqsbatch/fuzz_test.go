@@ -11,10 +11,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // canary is put into every fuzzed body: no poison note may ever quote it.
@@ -69,7 +69,7 @@ func FuzzRecords(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.body, s.receive, s.group, s.at)
 	}
-	joinKeys, _ := eventkey.New("join(':', ['evt', id, action])", "")
+	joinKeys, _ := keyexpr.New("join(':', ['evt', id, action])", "")
 	f.Fuzz(func(t *testing.T, body, receive, group string, at int) {
 		// A fresh store per input, so that a note or record an earlier input
 		// left cannot stand in for this one's. Odd lengths use the join()
@@ -148,7 +148,8 @@ func FuzzRecords(f *testing.F) {
 // envelope's own, or the configured expressions'.
 func requestOf(fx *fixture, body []byte) (idem.Request, error) {
 	if !inbound.IsEnvelope(body) {
-		return fx.keys.Request(body)
+		r, err := fx.keys.Request(body)
+		return idem.Request(r), err
 	}
 	env, err := inbound.DecodeEnvelope(body)
 	if err != nil {

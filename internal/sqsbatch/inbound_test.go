@@ -10,10 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // seen records the events the action got.
@@ -38,7 +38,7 @@ func envelope(source string, scheme inbound.Scheme, id, body string) string {
 // action), and the action gets the sender's body, marked as a webhook.
 func TestInboundEnvelopeBypassesTheExpressions(t *testing.T) {
 	var s seen
-	keys, err := eventkey.New("['evt', id, action]", "data")
+	keys, err := keyexpr.New("['evt', id, action]", "data")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,10 +27,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // DefaultMaxConcurrency is Options.MaxConcurrency's default.
@@ -41,7 +41,7 @@ type Options struct {
 	Engine *idem.Engine
 	Poison idem.PoisonRecorder
 	Action action.Func
-	Keys   *eventkey.Extractor
+	Keys   *keyexpr.Extractor
 	// MaxConcurrency bounds the records (standard queue) or message groups
 	// (FIFO) processed at once. Zero means DefaultMaxConcurrency.
 	MaxConcurrency int
@@ -323,7 +323,7 @@ func (h *Handler) event(body []byte, m events.SQSMessage) (idem.Request, action.
 	if err != nil {
 		return idem.Request{}, action.Event{}, err
 	}
-	return req, action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}, nil
+	return idem.Request(req), action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}, nil
 }
 
 // run runs the record through the engine, sharing the outcome with

@@ -16,11 +16,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/memstore"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 const (
@@ -84,7 +84,7 @@ type fixture struct {
 	store *memstore.Store
 	vis   *recorder
 	h     *sqsbatch.Handler
-	keys  *eventkey.Extractor
+	keys  *keyexpr.Extractor
 	logs  *bytes.Buffer
 }
 
@@ -98,7 +98,7 @@ func newFixture(t testing.TB, mod ...func(*sqsbatch.Options)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := eventkey.New("", "")
+	keys, err := keyexpr.New("", "")
 	if err != nil {
 		t.Fatal(err)
 	}

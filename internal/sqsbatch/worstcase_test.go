@@ -11,11 +11,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/worstcase"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 // This file is self-contained (it uses the adapter's public API only), so
@@ -34,7 +34,7 @@ func worstCaseHandler(tb testing.TB) *sqsbatch.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	keys, err := eventkey.New("", "")
+	keys, err := keyexpr.New("", "")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package eventkey_test
+package keyexpr_test
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/oncely/oncely/internal/canonjson"
-	"github.com/oncely/oncely/internal/eventkey"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/keyexpr"
 )
 
 func code(err error) idem.Code {
@@ -19,7 +19,7 @@ func code(err error) idem.Code {
 }
 
 func TestRequest(t *testing.T) {
-	def, err := eventkey.New("", "")
+	def, err := keyexpr.New("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestMessagesNeverQuoteTheBody(t *testing.T) {
 		`{"` + secret + `"`,
 	}
 	for _, expr := range []string{"", "join(':', ['evt', id, action])", "id.card"} {
-		x, err := eventkey.New(expr, "")
+		x, err := keyexpr.New(expr, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestCustomExpressions(t *testing.T) {
 		{"detail.id", "", `{"detail":{"id":7}}`, "", idem.CodeKeyMissing},
 	}
 	for _, tt := range tests {
-		x, err := eventkey.New(tt.key, tt.payload)
+		x, err := keyexpr.New(tt.key, tt.payload)
 		if err != nil {
 			t.Fatalf("New(%q): %v", tt.key, err)
 		}
@@ -111,7 +111,7 @@ func TestCustomExpressions(t *testing.T) {
 }
 
 func TestPayloadExpression(t *testing.T) {
-	x, err := eventkey.New("['evt', detail.id, 'ship']", "detail")
+	x, err := keyexpr.New("['evt', detail.id, 'ship']", "detail")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +127,15 @@ func TestPayloadExpression(t *testing.T) {
 }
 
 func TestNewNamesTheBadExpression(t *testing.T) {
-	if _, err := eventkey.New("join(", ""); err == nil || !strings.Contains(err.Error(), "key expression") {
+	if _, err := keyexpr.New("join(", ""); err == nil || !strings.Contains(err.Error(), "key expression") {
 		t.Errorf("bad key expression: %v", err)
 	}
-	if _, err := eventkey.New("", "[["); err == nil || !strings.Contains(err.Error(), "payload expression") {
+	if _, err := keyexpr.New("", "[["); err == nil || !strings.Contains(err.Error(), "payload expression") {
 		t.Errorf("bad payload expression: %v", err)
 	}
 	// A literal with the separator would refuse every event at run time:
 	// refuse the expression at init instead.
-	if _, err := eventkey.New("['evt:v2', id, action]", ""); err == nil || !strings.Contains(err.Error(), `"evt:v2"`) {
+	if _, err := keyexpr.New("['evt:v2', id, action]", ""); err == nil || !strings.Contains(err.Error(), `"evt:v2"`) {
 		t.Errorf("a literal part with ':': %v; want an error naming it", err)
 	}
 }
@@ -149,7 +149,7 @@ func TestTooDeepIsInvalidPayloadBeforeAnythingElse(t *testing.T) {
 		return strings.Repeat("[", levels) + strings.Repeat("]", levels)
 	}
 	for _, payloadExpr := range []string{"", "detail"} {
-		x, err := eventkey.New("", payloadExpr)
+		x, err := keyexpr.New("", payloadExpr)
 		if err != nil {
 			t.Fatal(err)
 		}

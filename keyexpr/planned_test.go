@@ -1,4 +1,4 @@
-package eventkey
+package keyexpr
 
 import (
 	"encoding/json"
@@ -31,7 +31,7 @@ func oracleRequest(x *Extractor, body []byte) (idem.Request, error) {
 	if errors.Is(fpErr, canonjson.ErrTooDeep) {
 		return idem.Request{}, fpErr
 	}
-	doc, err := Decode(body)
+	doc, err := decodeFull(body)
 	if err != nil {
 		return idem.Request{}, err
 	}
@@ -96,7 +96,7 @@ func extractors(t testing.TB) []*Extractor {
 // key and fingerprint, or the same code and message.
 func sameAsOracle(t *testing.T, x *Extractor, body []byte) {
 	t.Helper()
-	got, gotErr := x.Request(body)
+	got, gotErr := x.request(body)
 	want, wantErr := oracleRequest(x, body)
 	if got != want || errText(gotErr) != errText(wantErr) || code(gotErr) != code(wantErr) {
 		t.Errorf("key expression %q, body %q:\n got %+v, %s %v\nwant %+v, %s %v", x.keySrc, clip(body), got, code(gotErr), gotErr, want, code(wantErr), wantErr)
@@ -132,8 +132,8 @@ func clip(b []byte) string {
 func corpusBodies(t testing.TB) []string {
 	t.Helper()
 	var bodies []string
-	for _, pkg := range []string{"eventkey", "sqsbatch", "inbound", "canonjson", "httpapi", "idem"} {
-		files, _ := filepath.Glob(filepath.Join("..", pkg, "*_test.go"))
+	for _, dir := range []string{".", "../sqsbatch", "../internal/sqsbatch", "../internal/inbound", "../internal/canonjson", "../internal/httpapi", "../internal/idem"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
 		for _, f := range files {
 			file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
 			if err != nil {
@@ -149,9 +149,11 @@ func corpusBodies(t testing.TB) []string {
 			})
 		}
 	}
-	files, _ := filepath.Glob(filepath.Join("..", "*", "testdata", "fuzz", "*", "*"))
+	files, _ := filepath.Glob(filepath.Join("..", "internal", "*", "testdata", "fuzz", "*", "*"))
+	public, _ := filepath.Glob(filepath.Join("..", "*", "testdata", "fuzz", "*", "*"))
+	files = append(files, public...)
 	if len(files) == 0 {
-		t.Fatal("no fuzz corpus found under ../*/testdata/fuzz")
+		t.Fatal("no fuzz corpus found under ../internal/*/testdata/fuzz or ../*/testdata/fuzz")
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -283,7 +285,7 @@ func randomDoc(r *rand.Rand, depth int) string {
 // FuzzPlannedDecode looks for a body on which Request and the oracle
 // disagree, for any planned expression. Run longer with:
 //
-//	go test -run '^$' -fuzz FuzzPlannedDecode ./internal/eventkey/
+//	go test -run '^$' -fuzz FuzzPlannedDecode ./keyexpr/
 func FuzzPlannedDecode(f *testing.F) {
 	// When fuzzing, the small corpus bodies seed it; as a plain test it
 	// runs a few worst-case shapes only (TestPlannedDecodeMatchesFull runs
@@ -323,7 +325,7 @@ func TestPlannedDecodeErrorsAreDecodes(t *testing.T) {
 		strings.Repeat("[", maxNestingDepth+1) + strings.Repeat("]", maxNestingDepth+1),
 		strings.Repeat(`{"a":`, maxNestingDepth+1) + "1" + strings.Repeat("}", maxNestingDepth+1),
 	} {
-		want, wantErr := Decode([]byte(body))
+		want, wantErr := decodeFull([]byte(body))
 		for _, p := range []*plan{{}, planOf(mustParse(t, DefaultExpression)), planOf(mustParse(t, "a"))} {
 			_, gotErr := decodePlanned([]byte(body), p, false)
 			if errText(gotErr) != errText(wantErr) {
@@ -347,7 +349,7 @@ func mustParse(t testing.TB, expr string) parsing.ASTNode {
 // change to the decoder, which BenchmarkWorstCaseAdapter's figures
 // (fingerprint and poison note included) would blur.
 //
-//	go test -run '^$' -bench PlannedDecode -benchmem ./internal/eventkey/
+//	go test -run '^$' -bench PlannedDecode -benchmem ./keyexpr/
 func BenchmarkPlannedDecode(b *testing.B) {
 	p := planOf(mustParse(b, DefaultExpression))
 	for _, s := range worstcase.Shapes {

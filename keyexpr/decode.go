@@ -1,4 +1,4 @@
-package eventkey
+package keyexpr
 
 import (
 	"bytes"

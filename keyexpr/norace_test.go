@@ -1,5 +1,5 @@
 //go:build !race
 
-package eventkey
+package keyexpr
 
 const raceEnabled = false

@@ -1,13 +1,18 @@
-// Package eventkey turns an event body into an idempotency request: the key,
-// from the JMESPath expression the operator configures, and the fingerprint
-// of the payload (the whole body, or the part another expression selects).
-// It is the one owner of those expressions: the SQS adapter extracts with
-// them, and the configuration validates them through New.
+// Package keyexpr turns a JSON event body into an idempotency request with
+// JMESPath expressions, for functions whose key is configuration rather
+// than code: the key, from a key expression (by default
+// ['evt', id, action]), and the fingerprint of the payload (the whole body,
+// or the part a payload expression selects). It is what Powertools calls
+// event_key_jmespath and payload_validation_jmespath, and it keeps the
+// JMESPath dependency out of package oncely.
 //
-// Every problem it reports is an [*idem.Error] whose message describes
-// types and positions only ("key part id is an object"), never the values:
-// the message ends up in poison notes, which must not hold body content.
-package eventkey
+// A body is decoded only as far as the key expression reads it, nested at
+// most 10000 deep and refused deeper than the fingerprint's depth cap
+// before any decode. Every problem it reports is an *oncely.Error whose
+// message describes types and positions only ("key part id is an object"),
+// never the values: such messages end up in poison notes, which must not
+// hold body content.
+package keyexpr
 
 import (
 	"bytes"
@@ -20,12 +25,13 @@ import (
 	jmespath "github.com/jmespath-community/go-jmespath"
 	"github.com/jmespath-community/go-jmespath/pkg/parsing"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/canonjson"
 	"github.com/oncely/oncely/internal/idem"
 )
 
 // DefaultExpression builds the key from the event's id and action, joined by
-// the domain's rule ([idem.JoinKey]): evt:<id>:<action>. A missing, empty or
+// the rule of [oncely.Key]: evt:<id>:<action>. A missing, empty or
 // non-string id or action is a problem, never "null": a key made of nulls
 // would make every keyless event share one record.
 const DefaultExpression = "['evt', id, action]"
@@ -107,7 +113,14 @@ func partNames(expr string) []string {
 // canonjson.MaxDepth is refused before it is decoded (INVALID_PAYLOAD); for
 // every other body the order of the checks decides the code: NOT_JSON, then
 // the key's codes, then INVALID_PAYLOAD.
-func (x *Extractor) Request(body []byte) (idem.Request, error) {
+func (x *Extractor) Request(body []byte) (oncely.Request, error) {
+	r, err := x.request(body)
+	return oncely.Request(r), err
+}
+
+// request is Request in the domain's type (the product's adapter calls it
+// through Request; the planned decode's tests compare it with an oracle).
+func (x *Extractor) request(body []byte) (idem.Request, error) {
 	// The whole body must be canonical JSON even when only a part is
 	// fingerprinted: the decoder forgives duplicate names and invalid
 	// text, which would let two different bodies collide.
@@ -120,7 +133,7 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	if x.plan != nil {
 		doc, err = decodePlanned(body, x.plan, fpErr == nil)
 	} else {
-		doc, err = Decode(body)
+		doc, err = decodeFull(body)
 	}
 	if err != nil {
 		return idem.Request{}, err
@@ -149,8 +162,8 @@ func (x *Extractor) Request(body []byte) (idem.Request, error) {
 	}
 	if x.payload != nil {
 		if x.plan != nil {
-			// The planned decode accepted the body, so Decode does.
-			if doc, err = Decode(body); err != nil {
+			// The planned decode accepted the body, so decodeFull does.
+			if doc, err = decodeFull(body); err != nil {
 				return idem.Request{}, err
 			}
 		}
@@ -267,10 +280,10 @@ func emptyPart(key string) bool {
 	return strings.HasPrefix(key, ":") || strings.HasSuffix(key, ":") || strings.Contains(key, "::")
 }
 
-// Decode parses body keeping numbers exact (json.Number), so that large ids
+// decodeFull parses body keeping numbers exact (json.Number), so that large ids
 // survive key and payload expressions. Its error is a NOT_JSON *idem.Error
 // that gives the byte offset, never the text.
-func Decode(body []byte) (any, error) {
+func decodeFull(body []byte) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
 	var v any
