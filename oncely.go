@@ -20,6 +20,10 @@ func init() {
 		}
 		return nil
 	}
+	engineref.Run = func(e any, ctx context.Context, req idem.Request, work idem.Work) idem.Outcome {
+		return e.(*Engine).run(ctx, req, work)
+	}
+	engineref.Wrap = func(e *idem.Engine) any { return &Engine{e: e} }
 }
 
 // Defaults for [Options].
@@ -202,11 +206,16 @@ type Outcome struct {
 // Work gets a context that ends at the work deadline (see [Budget]) and
 // carries the key ([KeyFrom]).
 func (e *Engine) Run(ctx context.Context, req Request, work Work) Outcome {
-	out := e.e.DoWork(ctx, idem.Request(req), func(ctx context.Context) ([]byte, idem.Effects, error) {
+	return Outcome(e.run(ctx, idem.Request(req), idem.Work(work)))
+}
+
+// run is Run in the domain's types (this module's adapters call it through
+// package engineref).
+func (e *Engine) run(ctx context.Context, req idem.Request, work idem.Work) idem.Outcome {
+	return e.e.DoWork(ctx, req, func(ctx context.Context) ([]byte, idem.Effects, error) {
 		result, effects, err := work(context.WithValue(ctx, keyInContext{}, req.Key))
 		return result, effects, e.classified(err)
 	})
-	return Outcome(out)
 }
 
 // classified applies Options.Classify to an error nothing marks, before

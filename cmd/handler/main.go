@@ -66,9 +66,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/config"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
@@ -77,9 +79,8 @@ import (
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
-	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/internal/sqssend"
-	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 // initSecretBudget bounds the secrets' first reads at init, all of them
@@ -310,7 +311,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if wrapAction != nil {
 		act.do = wrapAction(act.do)
 	}
-	if r.SQS, r.HTTP, err = adapters(cfg, engine, store, act.do, webhooks, sqsClient, logger); err != nil {
+	if r.SQS, r.HTTP, err = adapters(cfg, engine, act.do, webhooks, sqsClient, logger); err != nil {
 		return nil, err
 	}
 	// Only a set secret reports its health: a nil pointer in the interface
@@ -467,17 +468,15 @@ func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(c
 }
 
 // adapters builds the SQS and HTTP adapters around the engine and the
-// action.
-func adapters(cfg config.Config, engine *idem.Engine, store *dynamostore.Store, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*sqsbatch.Handler, *httpapi.Handler, error) {
-	var visibility sqsvisibility.Changer
+// action. The queue path is the public sqsbatch's, on the same engine.
+func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*router.SQS, *httpapi.Handler, error) {
+	var backoff *sqsbatch.Backoff
 	if !cfg.QueueBackoff.Off {
-		visibility = sqsvisibility.New(sqsClient)
+		backoff = &sqsbatch.Backoff{SQS: sqsClient, Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max}
 	}
-	sqsHandler, err := sqsbatch.New(sqsbatch.Options{
-		Engine: engine, Poison: store, Action: act, Keys: cfg.Keys,
-		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, PoisonRetention: cfg.TTL,
-		Visibility: visibility, VisibilityPolicy: sqsvisibility.Policy{Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max},
-		Logger: logger, Now: seamNow, Random: seamRandom,
+	public := engineref.Wrap(engine).(*oncely.Engine)
+	sqsHandler, err := router.NewSQS(public, cfg.Keys, act, sqsbatch.Options{
+		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, Backoff: backoff,
 	})
 	if err != nil {
 		return nil, nil, err

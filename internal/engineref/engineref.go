@@ -4,8 +4,22 @@
 // sets Idem in its init; nothing else writes it.
 package engineref
 
-import "github.com/oncely/oncely/internal/idem"
+import (
+	"context"
+
+	"github.com/oncely/oncely/internal/idem"
+)
 
 // Idem returns the domain engine of e, a *oncely.Engine (nil for anything
 // else). Set by package oncely's init.
 var Idem func(e any) *idem.Engine
+
+// Run runs work under e, a *oncely.Engine, exactly as Engine.Run does (its
+// Options.Classify, the sent rule for unmarked errors, the key in the
+// work's context), in the domain's types. Set by package oncely's init.
+var Run func(e any, ctx context.Context, req idem.Request, work idem.Work) idem.Outcome
+
+// Wrap returns a *oncely.Engine around a domain engine the product built
+// with its test seams (the clock, the sleep, the jitter, the tokens),
+// without Options.Classify. Set by package oncely's init.
+var Wrap func(e *idem.Engine) any

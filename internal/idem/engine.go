@@ -119,6 +119,24 @@ func New(o Options) (*Engine, error) {
 // own calls by it.
 func (e *Engine) Budget() Budget { return e.o.Budget }
 
+// Adapters share the engine's store, clock, jitter, retention and logger,
+// so that their own writes (poison notes) and delays follow the engine's.
+
+// Store returns the engine's store.
+func (e *Engine) Store() Store { return e.o.Store }
+
+// Now reads the engine's clock.
+func (e *Engine) Now() time.Time { return e.o.Now() }
+
+// Random returns a jitter fraction in [0, 1) from the engine's source.
+func (e *Engine) Random() float64 { return e.o.Random() }
+
+// Retention returns how long the engine keeps records.
+func (e *Engine) Retention() time.Duration { return e.o.Retention }
+
+// Logger returns the engine's logger.
+func (e *Engine) Logger() *slog.Logger { return e.o.Logger }
+
 // Action is the work to run once per key. It returns the result to store
 // (any bytes; JSON by convention) or an error, classified with
 // [Transient], [Permanent] and friends. Errors nothing classifies are

@@ -23,7 +23,6 @@ import (
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/secretsource"
-	"github.com/oncely/oncely/internal/sqsbatch"
 )
 
 // MetricsNamespace is the CloudWatch namespace of the EMF metrics.
@@ -107,7 +106,7 @@ var (
 // fields are set once, before the first invocation; each invocation's
 // counts are its own.
 type Router struct {
-	SQS      *sqsbatch.Handler
+	SQS      *SQS
 	HTTP     *httpapi.Handler
 	Function string // the FunctionName dimension
 	// Metrics receives the EMF documents (stdout in Lambda), each in one
@@ -219,7 +218,7 @@ func (r *Router) handleSQS(ctx context.Context, records []events.SQSMessage, cou
 		return nil, err
 	}
 	for _, res := range results {
-		counts.Add(string(res.Label))
+		counts.Add(res.Label)
 		if res.VisibilityErr != nil {
 			counts.Add(MetricVisibilityFailed)
 		}
