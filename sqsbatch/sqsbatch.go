@@ -174,11 +174,10 @@ type Result struct {
 	MessageID string
 	// Key is the message's key, once the decoder gave one.
 	Key string
-	// Label says what happened, in one word: executed, replayed,
-	// permanent, retry_exhausted or poison (acknowledged); in_progress,
-	// transient, lease_lost, store_error, store_refused, abandoned or
-	// skipped (back to the queue). Count them as metrics.
-	Label string
+	// Label says what happened, in one word (see driver.Label): executed,
+	// replayed, permanent, retry_exhausted or poison are acknowledged;
+	// the others go back to the queue. Count them as metrics.
+	Label driver.Label
 	// Code is the failure's or the poison note's code, if any.
 	Code oncely.Code
 	// Attempts is the record's attempt count.
@@ -197,7 +196,7 @@ type Result struct {
 
 // Ack reports whether the message is acknowledged (deleted from the
 // queue): only when a record says what happened to it.
-func (r Result) Ack() bool { return idem.Label(r.Label).Acknowledged() }
+func (r Result) Ack() bool { return r.Label.Acknowledged() }
 
 // Lambda handles a batch for lambda.Start: [Handler.Handle] without the
 // results.
@@ -229,7 +228,7 @@ func (h *Handler[E]) Handle(ctx context.Context, ev events.SQSEvent) (events.SQS
 	var resp events.SQSEventResponse
 	logger := h.ie.Logger()
 	for _, r := range results {
-		logger.InfoContext(ctx, "record", "messageId", r.MessageID, "key", r.Key, "outcome", r.Label, "code", string(r.Code),
+		logger.InfoContext(ctx, "record", "messageId", r.MessageID, "key", r.Key, "outcome", string(r.Label), "code", string(r.Code),
 			"attempts", r.Attempts, "visibility_s", int(r.Visibility/time.Second), "duration_ms", float64(r.Duration.Microseconds())/1000)
 		if !r.Ack() {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageID})
@@ -264,7 +263,7 @@ func (h *Handler[E]) runFIFO(ctx context.Context, b *batch[E], records []events.
 			failed := false
 			for _, i := range idx {
 				if failed {
-					results[i] = Result{MessageID: records[i].MessageId, Label: string(idem.LabelSkipped), Code: idem.CodeFIFOGroupStopped}
+					results[i] = Result{MessageID: records[i].MessageId, Label: idem.LabelSkipped, Code: idem.CodeFIFOGroupStopped}
 					continue
 				}
 				results[i] = b.process(ctx, records[i])
@@ -342,7 +341,7 @@ func (b *batch[E]) process(ctx context.Context, m events.SQSMessage) (res Result
 			// A bug outside the function (the decoder's, or ours): nothing
 			// says what happened, so the message must come back.
 			h.ie.Logger().ErrorContext(ctx, "record processing panicked", "messageId", m.MessageId, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			res = Result{MessageID: m.MessageId, Label: string(idem.LabelStoreError), Code: idem.CodePanic}
+			res = Result{MessageID: m.MessageId, Label: idem.LabelStoreError, Code: idem.CodePanic}
 		}
 		res.Duration = h.ie.Now().Sub(start)
 	}()
@@ -384,7 +383,7 @@ func (b *batch[E]) process(ctx context.Context, m events.SQSMessage) (res Result
 	if shared && label == idem.LabelExecuted {
 		label = idem.LabelReplayed
 	}
-	res.Label = string(label)
+	res.Label = label
 	return res
 }
 
@@ -418,13 +417,13 @@ func (b *batch[E]) poison(ctx context.Context, res Result, body []byte, why erro
 	})
 	if err != nil {
 		h.ie.Logger().ErrorContext(ctx, "poison note not stored; the message will be redelivered", "messageId", res.MessageID, "reason", string(code), "error", err.Error(), idem.StoreAttr(err))
-		res.Label = string(idem.LabelStoreError)
+		res.Label = idem.LabelStoreError
 		if idem.Classify(err) == idem.ClassPermanent {
-			res.Label = string(idem.LabelStoreRefused) // a retry will not fix it: counted apart
+			res.Label = idem.LabelStoreRefused // a retry will not fix it: counted apart
 		}
 		return res
 	}
-	res.Label = string(idem.LabelPoison)
+	res.Label = idem.LabelPoison
 	return res
 }
 

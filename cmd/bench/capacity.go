@@ -24,13 +24,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
-	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 // capCall is one store call and what DynamoDB would charge for it.
@@ -248,7 +251,7 @@ func capacityRows(ctx context.Context, moto string) ([]capRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Keys: keys, Logger: logger})
+	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store})
 	if err != nil {
 		return nil, err
 	}

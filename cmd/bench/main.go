@@ -27,16 +27,19 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
-	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/rie"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 // A figure is one line of the report.
@@ -232,7 +235,7 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Keys: keys, Logger: slog.New(slog.DiscardHandler)})
+	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store})
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +363,7 @@ func batchLatency(ctx context.Context) ([]figure, error) {
 			if err != nil {
 				return nil, err
 			}
-			h, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: n.Do, Keys: keys, MaxConcurrency: conc, Logger: slog.New(slog.DiscardHandler)})
+			h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store, MaxConcurrency: conc})
 			if err != nil {
 				return nil, err
 			}
@@ -395,7 +398,7 @@ func batchLatency(ctx context.Context) ([]figure, error) {
 	return figs, nil
 }
 
-func timeBatch(ctx context.Context, h *sqsbatch.Handler, b events.SQSEvent) float64 {
+func timeBatch(ctx context.Context, h *queue.Handler, b events.SQSEvent) float64 {
 	start := time.Now()
 	resp, _, err := h.Handle(ctx, b)
 	if err != nil || len(resp.BatchItemFailures) > 0 {
@@ -483,7 +486,7 @@ type e2eRun struct {
 }
 
 func runEndToEnd(ctx context.Context, moto, rieBin, boot, url string, total int) (e2eRun, error) {
-	return runFunction(ctx, moto, rieBin, oncely(moto, boot), url, total)
+	return runFunction(ctx, moto, rieBin, oncelyFunction(moto, boot), url, total)
 }
 
 // function is a bootstrap to measure: oncely's, or a peer's.
@@ -496,7 +499,7 @@ type function struct {
 	env   []string
 }
 
-func oncely(moto, boot string) function {
+func oncelyFunction(moto, boot string) function {
 	return function{name: "oncely", boot: boot, pid: (*rie.Emulator).RuntimePID,
 		table: func(ctx context.Context) (string, error) { return newTable(ctx, moto, "bench-e2e") }}
 }
@@ -804,7 +807,7 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); "+
 		"`go test -run '^$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/` and "+
 		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` and "+
-		"`go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/sqsbatch/` (after, each run in turn with one of the fingerprint's; before: `-benchtime 1x -count 3` at `WORSTCASE_BASE`, with this tree's benchmark file, as `make bench` does) (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+		"`go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/queue/` (after, each run in turn with one of the fingerprint's; before: `-benchtime 1x -count 3` at `WORSTCASE_BASE`, with this tree's benchmark file, as `make bench` does) (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
 	if x.worstTable != "" {
 		fmt.Fprintf(&md, "\n### 7. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/testing/worstcase`), fingerprinted: canonical JSON written into SHA-256. "+
 			"*Before* is the implementation canonjson had until issue 18 (kept as the test oracle), *after* the linear one. CPU time is the process's (getrusage), "+

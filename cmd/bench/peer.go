@@ -79,7 +79,7 @@ func peerCompare(ctx context.Context, moto, rieBin, boot, dir string, total, run
 	}
 	peer := function{name: "Powertools (TypeScript)", boot: filepath.Join(dir, "bootstrap"),
 		pid: func(e *rie.Emulator) int { return e.ProcessPID(nodeExe) }, table: powertoolsTable(moto)}
-	sides := []*side{{fn: oncely(moto, boot)}, {fn: peer}}
+	sides := []*side{{fn: oncelyFunction(moto, boot)}, {fn: peer}}
 	perRound := max(starts/runs, 2)
 	for _, sd := range sides {
 		if sd.tbl, err = sd.fn.table(ctx); err != nil {

@@ -77,6 +77,7 @@ import (
 	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqssend"
@@ -469,13 +470,13 @@ func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(c
 
 // adapters builds the SQS and HTTP adapters around the engine and the
 // action. The queue path is the public sqsbatch's, on the same engine.
-func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*router.SQS, *httpapi.Handler, error) {
+func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *httpapi.Handler, error) {
 	var backoff *sqsbatch.Backoff
 	if !cfg.QueueBackoff.Off {
 		backoff = &sqsbatch.Backoff{SQS: sqsClient, Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max}
 	}
 	public := engineref.Wrap(engine).(*oncely.Engine)
-	sqsHandler, err := router.NewSQS(public, cfg.Keys, act, sqsbatch.Options{
+	sqsHandler, err := queue.New(public, cfg.Keys, act, sqsbatch.Options{
 		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, Backoff: backoff,
 	})
 	if err != nil {

@@ -1,68 +1,28 @@
 package idem
 
-// Label says, in one word, what happened to one SQS record or one API
-// request. Labels are the metric names of the EMF document and the
-// "outcome" field of each record's log line; adapters return them and never
-// invent their own.
-type Label string
+import "github.com/oncely/oncely/driver"
 
-// The labels. Each says whether the message was acknowledged.
+// Label and the labels are the driver's own, documented there.
+type Label = driver.Label
+
+// The labels.
 const (
-	// LabelExecuted: the action ran and its success is stored. Acknowledged.
-	LabelExecuted Label = "executed"
-	// LabelReplayed: a stored success was returned without running the
-	// action, or an identical copy in the same batch shared one. Acknowledged.
-	LabelReplayed Label = "replayed"
-	// LabelPermanent: a permanent failure is stored (run now or replayed).
-	// Acknowledged.
-	LabelPermanent Label = "permanent"
-	// LabelRetryExhausted: the per-key attempt cap was reached and
-	// RETRY_EXHAUSTED is stored (run now or replayed). Acknowledged, so the
-	// message never reaches the DLQ: the template alarms on this label.
-	LabelRetryExhausted Label = "retry_exhausted"
-	// LabelPoison: not processable as an event; a poison note is stored.
-	// Acknowledged.
-	LabelPoison Label = "poison"
-	// LabelInProgress: another worker holds the key. Back to the queue.
-	LabelInProgress Label = "in_progress"
-	// LabelTransient: failed transiently; the key is released. Back to the queue.
-	LabelTransient Label = "transient"
-	// LabelLeaseLost: the lease was taken over; the result was discarded.
-	// Back to the queue.
-	LabelLeaseLost Label = "lease_lost"
-	// LabelStoreError: the store failed for now (an outage, a call cut
-	// short); nothing is known to be stored. Back to the queue.
-	LabelStoreError Label = "store_error"
-	// LabelStoreRefused: the store refused the call for a reason a retry
-	// will not fix (a missing table, a denied permission): logged at ERROR
-	// with the table and the store's error code. Nothing is stored. Back to
-	// the queue, where it fails again until the configuration is fixed.
-	LabelStoreRefused Label = "store_refused"
-	// LabelAbandoned: the action ignored its context past the work
-	// deadline and the invocation answered without it; it may still be
-	// running. Nothing is stored. Back to the queue, once its lease ends.
-	LabelAbandoned Label = "abandoned"
-	// LabelSkipped: not started (too little time left, or an earlier record
-	// of its FIFO group failed). Back to the queue.
-	LabelSkipped Label = "skipped"
+	LabelExecuted       = driver.LabelExecuted
+	LabelReplayed       = driver.LabelReplayed
+	LabelPermanent      = driver.LabelPermanent
+	LabelRetryExhausted = driver.LabelRetryExhausted
+	LabelPoison         = driver.LabelPoison
+	LabelInProgress     = driver.LabelInProgress
+	LabelTransient      = driver.LabelTransient
+	LabelLeaseLost      = driver.LabelLeaseLost
+	LabelStoreError     = driver.LabelStoreError
+	LabelStoreRefused   = driver.LabelStoreRefused
+	LabelAbandoned      = driver.LabelAbandoned
+	LabelSkipped        = driver.LabelSkipped
 )
 
-// Labels lists every label, in a stable order.
-var Labels = []Label{
-	LabelExecuted, LabelReplayed, LabelPermanent, LabelRetryExhausted, LabelPoison,
-	LabelInProgress, LabelTransient, LabelLeaseLost, LabelStoreError, LabelStoreRefused, LabelSkipped,
-	LabelAbandoned,
-}
-
-// Acknowledged reports whether a message with this label may be deleted
-// from its queue: exactly when a record says what happened to it.
-func (l Label) Acknowledged() bool {
-	switch l {
-	case LabelExecuted, LabelReplayed, LabelPermanent, LabelRetryExhausted, LabelPoison:
-		return true
-	}
-	return false
-}
+// Labels is driver.Labels.
+var Labels = driver.Labels
 
 // Label returns the label of an engine outcome. Adapters add what the
 // engine cannot know (poison notes, in-batch copies, FIFO stops).

@@ -25,13 +25,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/lambdasdk"
-	"github.com/oncely/oncely/internal/sqsbatch"
-	"github.com/oncely/oncely/internal/sqsvisibility"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 // throttlingAWS is a real HTTP server that answers every request as a
@@ -114,7 +116,7 @@ func testRetryQuota(t *testing.T, visibility bool) {
 	quota := lambdasdk.NewQuota(logger)
 	cfg := quota.Share(awsConfig(srv.srv.URL))
 	ddb := lambdasdk.DynamoDB(cfg, quota, func(o *dynamodb.Options) { o.Retryer = quickBackoff(o.Retryer) })
-	queue := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.Retryer = quickBackoff(o.Retryer) })
+	sqsClient := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.Retryer = quickBackoff(o.Retryer) })
 	// Every call fails, so no retry gives its tokens back.
 	quotaRetries := lambdasdk.QuotaTokens / lambdasdk.ThrottlingRetryCost
 
@@ -131,15 +133,14 @@ func testRetryQuota(t *testing.T, visibility bool) {
 		t.Fatal(err)
 	}
 	var ran atomic.Int64
-	o := sqsbatch.Options{Engine: engine, Poison: store, Keys: keys, Logger: logger,
-		Action: func(context.Context, action.Event) (action.Result, error) {
-			ran.Add(1)
-			return action.Result{}, nil
-		}}
+	o := sqsbatch.Options{Poison: store}
 	if visibility {
-		o.Visibility, o.VisibilityPolicy = sqsvisibility.New(queue), sqsvisibility.Policy{Base: time.Second, Max: time.Minute}
+		o.Backoff = &sqsbatch.Backoff{SQS: sqsClient, Base: time.Second, Max: time.Minute}
 	}
-	h, err := sqsbatch.New(o)
+	h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, func(context.Context, action.Event) (action.Result, error) {
+		ran.Add(1)
+		return action.Result{}, nil
+	}, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,17 +19,19 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/truora/minidyn/server"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/router"
-	"github.com/oncely/oncely/internal/sqsbatch"
-	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 const namespace = "handler-test"
@@ -77,7 +79,7 @@ type harnessOptions struct {
 	// notifyTimeout is NOTIFY_TIMEOUT; zero means 2 s.
 	notifyTimeout time.Duration
 	payloadExpr   string
-	visibility    sqsvisibility.Changer
+	visibility    sqsbatch.VisibilityAPI
 	webhooks      *httpapi.Webhooks
 }
 
@@ -105,7 +107,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	t.Cleanup(func() { h.down.Close(); hs.Close() })
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
 	engine, err := idem.New(idem.Options{
-		Store: store, Retry: o.retry, Logger: logger,
+		Store: store, Retry: o.retry, Logger: logger, Random: func() float64 { return 0.999 },
 		// Backoff delays are recorded, not slept.
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			h.mu.Lock()
@@ -140,9 +142,11 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqs, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Action: act, Keys: keys, MaxConcurrency: 4,
-		Visibility: o.visibility, VisibilityPolicy: sqsvisibility.Policy{Base: 10 * time.Second, Max: 80 * time.Second},
-		Random: func() float64 { return 0.999 }, Logger: logger})
+	so := sqsbatch.Options{MaxConcurrency: 4}
+	if o.visibility != nil {
+		so.Backoff = &sqsbatch.Backoff{SQS: o.visibility, Base: 10 * time.Second, Max: 80 * time.Second}
+	}
+	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, act, so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,15 @@ package router_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncely/oncely/internal/idem"
@@ -27,39 +30,50 @@ import (
 type queueHarness struct {
 	*harness
 	queue *sqslocal.Scratch
-	vis   *recordingChanger
+	vis   *recordingAPI
 }
 
-type recordingChanger struct {
-	sqsvisibility.Changer
+// recordingAPI is the SQS client the adapter's backoff calls, recording
+// each entry's timeout and failure by receipt handle on the way to moto.
+type recordingAPI struct {
+	*sqs.Client
 	mu        sync.Mutex
 	requested map[string]time.Duration
 	failed    map[string]error
 }
 
-func (r *recordingChanger) ChangeVisibility(ctx context.Context, changes []sqsvisibility.Change) map[string]error {
-	failed := r.Changer.ChangeVisibility(ctx, changes)
+func (r *recordingAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out, err := r.Client.ChangeMessageVisibilityBatch(ctx, in, opts...)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, c := range changes {
-		r.requested[c.MessageID] = c.Timeout
+	byID := map[string]string{}
+	for _, e := range in.Entries {
+		r.requested[aws.ToString(e.ReceiptHandle)] = time.Duration(e.VisibilityTimeout) * time.Second
+		byID[aws.ToString(e.Id)] = aws.ToString(e.ReceiptHandle)
+		if err != nil {
+			r.failed[aws.ToString(e.ReceiptHandle)] = err
+		}
 	}
-	for id, err := range failed {
-		r.failed[id] = err
+	if out != nil {
+		for _, f := range out.Failed {
+			r.failed[byID[aws.ToString(f.Id)]] = errors.New(aws.ToString(f.Code))
+		}
 	}
-	return failed
+	return out, err
 }
 
-func (r *recordingChanger) get(id string) (time.Duration, error) {
+// get returns the timeout requested for the message with this receipt
+// handle, and why its change failed.
+func (r *recordingAPI) get(receiptHandle string) (time.Duration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.requested[id], r.failed[id]
+	return r.requested[receiptHandle], r.failed[receiptHandle]
 }
 
 func newQueueHarness(t *testing.T, mods ...func(*harnessOptions)) *queueHarness {
 	t.Helper()
 	client := sqslocal.Client(sqslocal.Endpoint(t))
-	vis := &recordingChanger{Changer: sqsvisibility.New(client), requested: map[string]time.Duration{}, failed: map[string]error{}}
+	vis := &recordingAPI{Client: client, requested: map[string]time.Duration{}, failed: map[string]error{}}
 	h := newHarness(t, append(mods, func(o *harnessOptions) { o.visibility = vis })...)
 	return &queueHarness{harness: h, queue: sqslocal.NewScratch(t, client, false, nil), vis: vis}
 }
@@ -95,7 +109,7 @@ func TestSQSTransientAfterInCallAttemptsGoesBackWithBackoff(t *testing.T) {
 	if f := failed(resp); !cmp.Equal(f, []string{m.MessageId}) {
 		t.Fatalf("failures %v; want the message back in the queue", f)
 	}
-	if d, err := q.vis.get(m.MessageId); d != 10*time.Second || err != nil {
+	if d, err := q.vis.get(m.ReceiptHandle); d != 10*time.Second || err != nil {
 		t.Errorf("visibility requested %v (err %v); want 10 s, the first backoff step", d, err)
 	}
 	rec := q.item(namespace + "#" + keyA)
@@ -122,7 +136,7 @@ func TestSQSStillFailingOnLaterDeliveriesIsNeverAcknowledged(t *testing.T) {
 		if f := failed(resp); !cmp.Equal(f, []string{m.MessageId}) {
 			t.Fatalf("delivery %s: failures %v; want the message back in the queue", tc.receive, f)
 		}
-		if d, _ := q.vis.get(m.MessageId); d != tc.want {
+		if d, _ := q.vis.get(m.ReceiptHandle); d != tc.want {
 			t.Errorf("delivery %s: visibility %v; want %v", tc.receive, d, tc.want)
 		}
 	}
@@ -142,7 +156,7 @@ func TestSQSHealedDownstreamNextDeliveryRunsOnce(t *testing.T) {
 	if n := q.down.Count(keyA); n != 4 {
 		t.Errorf("deliveries %d; want 4 (3 failed, 1 success)", n)
 	}
-	if d, _ := q.vis.get(m.MessageId); d != 0 {
+	if d, _ := q.vis.get(m.ReceiptHandle); d != 0 {
 		t.Errorf("an acknowledged message got visibility %v; want none requested", d)
 	}
 	if rec := q.item(namespace + "#" + keyA); attrS(rec, "status") != "SUCCEEDED" || attrN(rec, "attempts") != "4" {
@@ -172,7 +186,7 @@ func TestSQSDownstreamRetryAfter120SetsTheVisibility(t *testing.T) {
 	if f := failed(resp); len(f) != 1 {
 		t.Fatalf("failures %v; want the message back", f)
 	}
-	if d, err := q.vis.get(m.MessageId); d != 120*time.Second || err != nil {
+	if d, err := q.vis.get(m.ReceiptHandle); d != 120*time.Second || err != nil {
 		t.Errorf("visibility %v (err %v); want exactly the downstream's 120 s", d, err)
 	}
 }
@@ -205,7 +219,7 @@ func TestSQSInProgressDuplicateComesBackWhenTheLeaseEnds(t *testing.T) {
 	// seen at some instant between before and after.
 	ceil := func(d time.Duration) time.Duration { return (d + time.Second - 1).Truncate(time.Second) }
 	lo, hi := ceil(lease.Sub(after)+sqsvisibility.InProgressMargin), ceil(lease.Sub(before)+sqsvisibility.InProgressMargin)
-	if d, _ := q.vis.get(m.MessageId); d < lo || d > hi {
+	if d, _ := q.vis.get(m.ReceiptHandle); d < lo || d > hi {
 		t.Errorf("visibility %v; want the lease's time left plus the margin, in [%v, %v]", d, lo, hi)
 	}
 }
@@ -224,7 +238,7 @@ func TestSQSVisibilityChangeFailureKeepsTheOutcome(t *testing.T) {
 	if f := failed(out.(events.SQSEventResponse)); len(f) != 1 {
 		t.Fatalf("failures %v; want the message still reported failed", f)
 	}
-	if _, err := q.vis.get(recs[0].MessageId); err == nil {
+	if _, err := q.vis.get(recs[0].ReceiptHandle); err == nil {
 		t.Fatal("moto accepted an unknown receipt handle; the test proves nothing")
 	}
 	if !strings.Contains(q.logs.String(), "visibility not changed") || !strings.Contains(q.metrics.String(), `"visibility_change_failed":1`) {

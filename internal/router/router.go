@@ -22,6 +22,7 @@ import (
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/secretsource"
 )
 
@@ -106,7 +107,7 @@ var (
 // fields are set once, before the first invocation; each invocation's
 // counts are its own.
 type Router struct {
-	SQS      *SQS
+	SQS      *queue.Handler
 	HTTP     *httpapi.Handler
 	Function string // the FunctionName dimension
 	// Metrics receives the EMF documents (stdout in Lambda), each in one
@@ -218,7 +219,7 @@ func (r *Router) handleSQS(ctx context.Context, records []events.SQSMessage, cou
 		return nil, err
 	}
 	for _, res := range results {
-		counts.Add(res.Label)
+		counts.Add(string(res.Label))
 		if res.VisibilityErr != nil {
 			counts.Add(MetricVisibilityFailed)
 		}

@@ -1,4 +1,4 @@
-package sqsbatch_test
+package queue_test
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
-	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/keyexpr"
 )
 
@@ -29,7 +28,7 @@ const canary = "c0ffee5eed5ca1ab1e"
 //   - poison notes fit (bounded description), never quote the body, carry
 //     a reason from idem.PoisonReasons and name the key if one was computed.
 //
-// Run longer with: go test -run '^$' -fuzz FuzzRecords ./internal/sqsbatch/
+// Run longer with: go test -run '^$' -fuzz FuzzRecords ./internal/queue/
 func FuzzRecords(f *testing.F) {
 	seeds := []struct {
 		body, receive, group string
@@ -77,7 +76,7 @@ func FuzzRecords(f *testing.F) {
 		// values they were given).
 		fx := newFixture(t)
 		if len(body)%2 == 1 {
-			fx = newFixture(t, func(o *sqsbatch.Options) { o.Keys = joinKeys })
+			fx = newFixture(t, func(o *fixtureOptions) { o.keys = joinKeys })
 		}
 		if at < 0 {
 			at = -at

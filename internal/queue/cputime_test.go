@@ -1,6 +1,6 @@
 //go:build unix
 
-package sqsbatch_test
+package queue_test
 
 import (
 	"syscall"

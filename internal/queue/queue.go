@@ -1,4 +1,7 @@
-package router
+// Package queue is the ready function's queue path: the public sqsbatch
+// adapter with the product's own decoder (inbound webhook envelopes, or
+// the configured key and payload expressions) and its action.
+package queue
 
 import (
 	"context"
@@ -14,13 +17,13 @@ import (
 	"github.com/oncely/oncely/sqsbatch"
 )
 
-// SQS is the ready function's queue path: the public sqsbatch adapter, with
-// the product's decoder (Decoder) and its action.
-type SQS = sqsbatch.Handler[action.Event]
+// Handler is the queue path: the public sqsbatch adapter, with the
+// product's decoder and its action.
+type Handler = sqsbatch.Handler[action.Event]
 
-// NewSQS returns the queue path for act, keyed by keys (and inbound
+// New returns the queue path for act, keyed by keys (and inbound
 // envelopes by their own rule, see Decoder).
-func NewSQS(e *oncely.Engine, keys *keyexpr.Extractor, act action.Func, o sqsbatch.Options) (*SQS, error) {
+func New(e *oncely.Engine, keys *keyexpr.Extractor, act action.Func, o sqsbatch.Options) (*Handler, error) {
 	return sqsbatch.New(e, Decoder(keys), func(ctx context.Context, ev action.Event) ([]byte, oncely.Effects, error) {
 		return action.Work(act, ev)(ctx)
 	}, o)
@@ -55,4 +58,3 @@ func Decoder(keys *keyexpr.Extractor) sqsbatch.Decoder[action.Event] {
 		return req, action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}, nil
 	}
 }
-

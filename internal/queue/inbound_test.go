@@ -1,4 +1,4 @@
-package sqsbatch_test
+package queue_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
-	"github.com/oncely/oncely/internal/sqsbatch"
 	"github.com/oncely/oncely/keyexpr"
 )
 
@@ -42,7 +41,7 @@ func TestInboundEnvelopeBypassesTheExpressions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, func(o *sqsbatch.Options) { o.Action, o.Keys, o.MaxBodyBytes = s.do, keys, 1<<20 })
+	f := newFixture(t, func(o *fixtureOptions) { o.action, o.keys, o.maxBody = s.do, keys, 1<<20 })
 	body := "{\"type\": \"invoice.paid\",\n \"data\": {\"amount\": 4200}}"
 	_, results, err := f.h.Handle(context.Background(), batch(false, rec{id: "m1", body: envelope("acme", inbound.StandardWebhooks, "msg_1", body)}))
 	if err != nil {
@@ -68,7 +67,7 @@ func TestInboundEnvelopeBypassesTheExpressions(t *testing.T) {
 // sent); a Stripe retry that differs only in pending_webhooks is a replay.
 func TestInboundDuplicatesCollapse(t *testing.T) {
 	var s seen
-	f := newFixture(t, func(o *sqsbatch.Options) { o.Action, o.MaxBodyBytes = s.do, 1<<20 })
+	f := newFixture(t, func(o *fixtureOptions) { o.action, o.maxBody = s.do, 1<<20 })
 	stripeEvent := func(pending string) string {
 		return `{"id":"evt_1","object":"event","pending_webhooks":` + pending + `,"data":{"object":{"amount":100}},"type":"charge.succeeded"}`
 	}

@@ -1,5 +1,5 @@
 //go:build !race
 
-package sqsbatch_test
+package queue_test
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package sqsbatch_test
+package queue_test
 
 import (
 	"context"
@@ -10,12 +10,15 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/worstcase"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 // This file is self-contained (it uses the adapter's public API only), so
@@ -26,7 +29,7 @@ import (
 // with the default key expression, over the in-memory store, logging
 // nowhere. Its body limit is above 1 MiB because the shapes are "about"
 // 1 MiB: the decode is what is measured, not the size check.
-func worstCaseHandler(tb testing.TB) *sqsbatch.Handler {
+func worstCaseHandler(tb testing.TB) *queue.Handler {
 	tb.Helper()
 	store := memstore.New()
 	logger := slog.New(slog.DiscardHandler)
@@ -38,8 +41,8 @@ func worstCaseHandler(tb testing.TB) *sqsbatch.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := sqsbatch.New(sqsbatch.Options{Engine: engine, Poison: store, Keys: keys, Logger: logger, MaxBodyBytes: 2 << 20,
-		Action: func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil }})
+	h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil },
+		sqsbatch.Options{Poison: store, MaxBodyBytes: 2 << 20})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -107,7 +110,7 @@ func TestWorstCaseBodiesAllocateLittleThroughTheAdapter(t *testing.T) {
 // same shapes. Besides the wall time it reports the process's CPU time per
 // record (cpu-ns/op). make bench puts the figures in BENCHMARKS.md:
 //
-//	go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/sqsbatch/
+//	go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/queue/
 func BenchmarkWorstCaseAdapter(b *testing.B) {
 	h := worstCaseHandler(b)
 	for _, s := range worstcase.Shapes {

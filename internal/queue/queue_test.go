@@ -1,4 +1,4 @@
-package sqsbatch_test
+package queue_test
 
 import (
 	"bytes"
@@ -13,14 +13,19 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/google/go-cmp/cmp"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/sqsbatch"
+	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/sqsbatch"
 )
 
 const (
@@ -28,26 +33,28 @@ const (
 	fifoARN = "arn:aws:sqs:us-east-1:123456789012:oncely-events.fifo"
 )
 
-// recorder is a visibility Changer that records what it is asked, and
-// fails the message ids in fail. (The SQS client itself is tested against
-// moto in package sqsvisibility.)
+// recorder is the SQS API the adapter's backoff calls: it records each
+// entry's timeout by message id (the fixture's receipt handles are
+// "rh-"+id), and fails the message ids in fail. (The SQS client itself is
+// tested against moto in package sqsvisibility.)
 type recorder struct {
 	mu      sync.Mutex
 	changes map[string]time.Duration
 	fail    map[string]bool
 }
 
-func (r *recorder) ChangeVisibility(_ context.Context, changes []sqsvisibility.Change) map[string]error {
+func (r *recorder) ChangeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	failed := map[string]error{}
-	for _, c := range changes {
-		r.changes[c.MessageID] = c.Timeout
-		if r.fail[c.MessageID] {
-			failed[c.MessageID] = idem.Transient(errors.New("sqs unavailable"))
+	out := &sqs.ChangeMessageVisibilityBatchOutput{}
+	for _, e := range in.Entries {
+		id := strings.TrimPrefix(aws.ToString(e.ReceiptHandle), "rh-")
+		r.changes[id] = time.Duration(e.VisibilityTimeout) * time.Second
+		if r.fail[id] {
+			out.Failed = append(out.Failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("ServiceUnavailable"), Message: aws.String("sqs unavailable")})
 		}
 	}
-	return failed
+	return out, nil
 }
 
 // scripted is the business action: its reply is chosen by the event body's
@@ -83,18 +90,26 @@ const fixturePause = 15 * time.Second
 type fixture struct {
 	store *memstore.Store
 	vis   *recorder
-	h     *sqsbatch.Handler
+	h     *queue.Handler
 	keys  *keyexpr.Extractor
 	logs  *bytes.Buffer
 }
 
-func newFixture(t testing.TB, mod ...func(*sqsbatch.Options)) *fixture {
+// fixtureOptions are what a test may change of the queue path.
+type fixtureOptions struct {
+	action  action.Func
+	keys    *keyexpr.Extractor
+	maxBody int
+}
+
+func newFixture(t testing.TB, mod ...func(*fixtureOptions)) *fixture {
 	t.Helper()
 	f := &fixture{store: memstore.New(), vis: &recorder{changes: map[string]time.Duration{}, fail: map[string]bool{}}, logs: &bytes.Buffer{}}
 	logger := slog.New(slog.NewJSONHandler(f.logs, nil))
 	engine, err := idem.New(idem.Options{Store: f.store, Lease: time.Minute, Logger: logger, SentPause: fixturePause,
-		Retry: idem.RetryPolicy{AttemptsPerDelivery: 2, Base: time.Millisecond, Max: time.Millisecond},
-		Sleep: func(context.Context, time.Duration) error { return nil }})
+		Retry:  idem.RetryPolicy{AttemptsPerDelivery: 2, Base: time.Millisecond, Max: time.Millisecond},
+		Sleep:  func(context.Context, time.Duration) error { return nil },
+		Random: func() float64 { return 0.999 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +117,14 @@ func newFixture(t testing.TB, mod ...func(*sqsbatch.Options)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := sqsbatch.Options{Engine: engine, Poison: f.store, Action: scripted, Keys: keys, MaxBodyBytes: 4096,
-		Visibility: f.vis, VisibilityPolicy: sqsvisibility.Policy{Base: 10 * time.Second, Max: time.Minute},
-		Random: func() float64 { return 0.999 }, Logger: logger}
+	o := fixtureOptions{action: scripted, keys: keys, maxBody: 4096}
 	for _, m := range mod {
 		m(&o)
 	}
-	f.keys = o.Keys
-	if f.h, err = sqsbatch.New(o); err != nil {
+	f.keys = o.keys
+	f.h, err = queue.New(engineref.Wrap(engine).(*oncely.Engine), o.keys, o.action, sqsbatch.Options{MaxBodyBytes: o.maxBody,
+		Backoff: &sqsbatch.Backoff{SQS: f.vis, Base: 10 * time.Second, Max: time.Minute}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -138,7 +153,8 @@ func event(id, reply string) string {
 	return fmt.Sprintf(`{"id":%q,"action":"notify","reply":%q}`, id, reply)
 }
 
-// TestOutcomes is the adapter's table: what each outcome means for the
+// TestOutcomes is the queue path's table (the public adapter's own is
+// in package sqsbatch; this one goes through the product's decoder): what each outcome means for the
 // message (acknowledged or not), its label, code and requested visibility.
 func TestOutcomes(t *testing.T) {
 	tests := []struct {
@@ -220,58 +236,10 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// A failed visibility change never changes the outcome: the message is
-// still in batchItemFailures, and the failure is logged and reported.
-func TestVisibilityFailureKeepsTheOutcome(t *testing.T) {
-	f := newFixture(t)
-	f.vis.fail["m1"] = true
-	resp, results, err := f.h.Handle(context.Background(), batch(false, rec{id: "m1", body: event("vf-00001", "transient")}, rec{id: "m2", body: event("vf-00002", "transient")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.BatchItemFailures) != 2 || results[0].Label != idem.LabelTransient || results[0].VisibilityErr == nil || results[1].VisibilityErr != nil {
-		t.Fatalf("got %+v / %+v; want both failed, only m1's change failed", resp, results)
-	}
-	if !strings.Contains(f.logs.String(), "visibility not changed") {
-		t.Errorf("the failed change is not logged: %s", f.logs.String())
-	}
-}
-
-// In a FIFO queue the failed records of a group come back together, at the
-// delay of the group's first failure, so the group keeps its order.
-func TestFIFOGroupSharesTheFirstFailuresVisibility(t *testing.T) {
-	f := newFixture(t)
-	resp, results, err := f.h.Handle(context.Background(), batch(true,
-		rec{id: "a1", group: "A", body: event("fa-00001", "")},
-		rec{id: "a2", group: "A", body: event("fa-00002", "retry-after")},
-		rec{id: "a3", group: "A", body: event("fa-00003", "")},
-		rec{id: "b1", group: "B", body: event("fb-00001", "transient"), receive: 2},
-	))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]time.Duration{"a2": 120 * time.Second, "a3": 120 * time.Second, "b1": 20 * time.Second}
-	if diff := cmp.Diff(want, f.vis.changes); diff != "" {
-		t.Errorf("visibility by message (-want +got):\n%s", diff)
-	}
-	if results[2].Code != idem.CodeFIFOGroupStopped || len(resp.BatchItemFailures) != 3 {
-		t.Errorf("got %+v; want a3 stopped behind a2, three failures", results)
-	}
-}
-
-// Without a Changer (SQS_BACKOFF=off) the queue's own timeout applies.
-func TestVisibilityOff(t *testing.T) {
-	f := newFixture(t, func(o *sqsbatch.Options) { o.Visibility = nil })
-	_, results, _ := f.h.Handle(context.Background(), batch(false, rec{id: "m1", body: event("off-00001", "transient")}))
-	if results[0].Visibility != 0 || len(f.vis.changes) != 0 {
-		t.Errorf("visibility %v, changes %v; want none", results[0].Visibility, f.vis.changes)
-	}
-}
-
 // Poison notes hold a code, a short description, the body's digest and
 // size: never the body. A huge body still gets a note that fits.
 func TestPoisonNotesNeverHoldTheBody(t *testing.T) {
-	f := newFixture(t, func(o *sqsbatch.Options) { o.MaxBodyBytes = 1 << 20 })
+	f := newFixture(t, func(o *fixtureOptions) { o.maxBody = 1 << 20 })
 	card := "4111111111111111"
 	var big strings.Builder
 	big.WriteString(`{"action":"notify","id":[`)
@@ -299,22 +267,5 @@ func TestPoisonNotesNeverHoldTheBody(t *testing.T) {
 				t.Errorf("note %+v; want a bounded detail without the card, the body's size %d and digest", note, len(body))
 			}
 		})
-	}
-}
-
-func TestMissingMessageIDFailsTheBatch(t *testing.T) {
-	f := newFixture(t)
-	ev := batch(false, rec{id: "m1", body: event("mid-0001", "")})
-	ev.Records[0].MessageId = ""
-	if _, _, err := f.h.Handle(context.Background(), ev); err == nil {
-		t.Fatal("a record without messageId was answered record by record")
-	}
-}
-
-func TestNewNamesMissingOptions(t *testing.T) {
-	for _, o := range []sqsbatch.Options{{}, {Engine: &idem.Engine{}}, {Engine: &idem.Engine{}, Poison: memstore.New()}, {Engine: &idem.Engine{}, Poison: memstore.New(), Action: scripted}} {
-		if _, err := sqsbatch.New(o); err == nil || !strings.Contains(err.Error(), "required") {
-			t.Errorf("New(%+v) = %v; want an error naming the missing option", o, err)
-		}
 	}
 }

@@ -1,0 +1,40 @@
+package router_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestTheProductRunsOnThePublicAdapters: the ready function is the
+// library's first user. Its wiring (cmd/handler, which reaches the
+// adapters through this package) builds its queue path on the public
+// sqsbatch and keyexpr, not on internal copies of them.
+func TestTheProductRunsOnThePublicAdapters(t *testing.T) {
+	deps := goListDeps(t, "github.com/oncely/oncely/cmd/handler", "github.com/oncely/oncely/internal/router")
+	for _, banned := range []string{"github.com/oncely/oncely/internal/sqsbatch", "github.com/oncely/oncely/internal/eventkey"} {
+		if slices.Contains(deps, banned) {
+			t.Errorf("the product's wiring depends on %s; it must use the public packages", banned)
+		}
+	}
+	for _, public := range []string{"github.com/oncely/oncely/sqsbatch", "github.com/oncely/oncely/keyexpr"} {
+		if !slices.Contains(deps, public) {
+			t.Errorf("the product's wiring does not use %s", public)
+		}
+	}
+}
+
+// goListDeps returns the packages pkgs depend on in the production build
+// (no test files, no build tags), themselves included.
+func goListDeps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, pkgs...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	return strings.Fields(string(out))
+}
