@@ -64,4 +64,3 @@ func (l Label) Acknowledged() bool {
 	}
 	return false
 }
-
