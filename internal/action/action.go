@@ -26,7 +26,8 @@ type Event struct {
 	// (without surrounding whitespace), not the envelope that carried it.
 	// Treat it as read-only.
 	Body json.RawMessage
-	// Source is "sqs", "http", or SourceWebhook for an inbound webhook.
+	// Source is SourceSQS, SourceHTTP, or SourceWebhook for an inbound
+	// webhook.
 	Source string
 	// ID is the SQS message id or the API request id, for logs.
 	ID string
@@ -35,6 +36,12 @@ type Event struct {
 	// was queued.
 	Inbound *Inbound
 }
+
+// Event.Source for an SQS message and for a POST /events request.
+const (
+	SourceSQS  = "sqs"
+	SourceHTTP = "http"
+)
 
 // SourceWebhook is Event.Source for a delivery received on POST
 // /webhooks/{source}, verified, queued on the events queue and taken from

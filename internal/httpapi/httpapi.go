@@ -172,7 +172,7 @@ func (h *Handler) request(req events.APIGatewayV2HTTPRequest) (idem.Request, act
 	// The action gets the scoped key: a downstream de-duplicating on it must
 	// not merge two callers who chose the same Idempotency-Key.
 	key := ScopedKey(scope, ck)
-	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: "http", ID: req.RequestContext.RequestID}
+	ev := action.Event{Key: key, Body: json.RawMessage(body), Source: action.SourceHTTP, ID: req.RequestContext.RequestID}
 	r, err := idem.NewRequest(key, body)
 	if err != nil {
 		return idem.Request{}, ev, &problem{status: 400, code: idem.CodeInvalidPayload, detail: "the body must be a JSON document: " + err.(*idem.Error).Message}

@@ -145,7 +145,9 @@ type reply struct {
 
 // summary is the stored result of a delivery answered with status.
 func summary(source string, status int, r reply) []byte {
-	if source == "sqs" {
+	// Only an API request has a caller who reads the reply back; an event
+	// from the queue, an inbound webhook among them, has none.
+	if source != action.SourceHTTP {
 		return marshal(queueSummary{
 			Delivered: true, DownstreamStatus: status, ReplyBytes: r.size, ReplySHA256: hex.EncodeToString(r.sha256[:]),
 			ReplyPrefix: jsonPrefix(r.head, maxReplyPrefix), ReplyTruncated: r.truncated,

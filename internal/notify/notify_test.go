@@ -21,7 +21,7 @@ import (
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
-var ev = action.Event{Key: "evt:release-42:notify", Body: json.RawMessage(`{"id":"release-42","action":"notify"}`), Source: "sqs", ID: "m1"}
+var ev = action.Event{Key: "evt:release-42:notify", Body: json.RawMessage(`{"id":"release-42","action":"notify"}`), Source: action.SourceSQS, ID: "m1"}
 
 func TestRepliesAreClassified(t *testing.T) {
 	tests := []struct {
@@ -108,9 +108,20 @@ func TestSuccessSendsKeyAndStoresSummary(t *testing.T) {
 	if res.Status != 200 || string(res.Body) != want {
 		t.Errorf("result %d %s\nwant       200 %s", res.Status, res.Body, want)
 	}
+	// So does an inbound webhook's, taken from the queue: no caller reads
+	// its reply either (before, it got the API summary).
+	wh := ev
+	wh.Source, wh.Inbound = action.SourceWebhook, &action.Inbound{Source: "acme", Scheme: "standard-webhooks", DeliveryID: "msg_1"}
+	res, err = notify.New(srv.URL, time.Second, notify.Classifier{}).Do(context.Background(), wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != 200 || string(res.Body) != want {
+		t.Errorf("inbound webhook's result %d %s\nwant                      200 %s", res.Status, res.Body, want)
+	}
 	// An API caller gets the start of the reply back.
 	api := ev
-	api.Source = "http"
+	api.Source = action.SourceHTTP
 	res, err = notify.New(srv.URL, time.Second, notify.Classifier{}).Do(context.Background(), api)
 	if err != nil {
 		t.Fatal(err)

@@ -55,6 +55,6 @@ func Decoder(keys *keyexpr.Extractor) sqsbatch.Decoder[action.Event] {
 		if err != nil {
 			return oncely.Request{}, action.Event{}, err
 		}
-		return req, action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: "sqs", ID: m.MessageId}, nil
+		return req, action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: action.SourceSQS, ID: m.MessageId}, nil
 	}
 }
