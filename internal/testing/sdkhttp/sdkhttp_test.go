@@ -57,37 +57,46 @@ func TestServedCallIsNotSentAgainWhenTheWriteLoopLags(t *testing.T) {
 		{"sdkhttp.Client", func(h *http.Client) aws.HTTPClient { return sdkhttp.New(h) }, 1, false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			q := sqslocal.NewScratch(t, setup, false, nil)
-			s := newSchedule()
-			var retried []string
-			var mu sync.Mutex
-			client := sqs.NewFromConfig(aws.Config{
-				Region:       sqslocal.Region,
-				Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-				BaseEndpoint: aws.String(ep),
-				HTTPClient:   c.wrap(&http.Client{Transport: s.transport()}),
-				Retryer: func() aws.Retryer {
-					return recordingRetryer{retry.NewStandard(func(o *retry.StandardOptions) {
-						o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
-					}), func(err error) { mu.Lock(); retried = append(retried, err.Error()); mu.Unlock() }}
-				},
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String(`{"id":"once"}`)})
-			if err != nil {
-				t.Fatalf("SendMessage: %v", err)
+			// One call through the schedule, on a fresh queue.
+			call := func() (sent int, d sqslocal.Depth, retried []string) {
+				q := sqslocal.NewScratch(t, setup, false, nil)
+				s := newSchedule()
+				var mu sync.Mutex
+				client := sqs.NewFromConfig(aws.Config{
+					Region:       sqslocal.Region,
+					Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+					BaseEndpoint: aws.String(ep),
+					HTTPClient:   c.wrap(&http.Client{Transport: s.transport()}),
+					Retryer: func() aws.Retryer {
+						return recordingRetryer{retry.NewStandard(func(o *retry.StandardOptions) {
+							o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+						}), func(err error) { mu.Lock(); retried = append(retried, err.Error()); mu.Unlock() }}
+					},
+				})
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String(`{"id":"once"}`)})
+				if err != nil {
+					t.Fatalf("SendMessage: %v", err)
+				}
+				if err := s.failed(); err != nil {
+					t.Fatalf("the schedule was not followed: %v", err)
+				}
+				if d, err = sqslocal.Count(ctx, setup, q.URL); err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				return int(s.sent.Load()), d, retried
 			}
-			if err := s.failed(); err != nil {
-				t.Fatalf("the schedule was not followed: %v", err)
+			sent, d, retried := call()
+			// The SDK's re-send needs its write loop to lose the race the
+			// schedule sets up; on a loaded machine it sometimes wins it.
+			// A few more tries show whether the SDK still re-sends at all.
+			for try := 1; c.sent > 1 && sent < c.sent && try < 5; try++ {
+				t.Logf("try %d: the SDK sent the call %d time(s); the race did not happen, trying again", try, sent)
+				sent, d, retried = call()
 			}
-			d, err := sqslocal.Count(ctx, setup, q.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			sent := int(s.sent.Load())
 			if sent != c.sent && !(c.atLeast && sent > c.sent) || d.Total() != sent {
 				t.Errorf("the transport sent the call %d times and the queue holds %+v; want %d of each (or more: %v)", sent, d, c.sent, c.atLeast)
 			}
