@@ -19,6 +19,7 @@ var mustPass = []string{
 	"TestConformance/Store", "TestConformance/Store/ErrorsAreClassified/drop_reply",
 	"TestConformance/Poison", "TestConformance/Effects",
 	"TestEngineCommitsEffectsThroughTheOutsideStore",
+	"TestSQSBatchFromOutside", "TestSQSBatchWithKeyExpressionsFromOutside",
 	"TestEngineStoresAFailedEffectConditionAsPermanent",
 	"TestHandlerNotesPoisonInTheOutsideStore",
 	"TestOneRunThenAReplay/Do", "TestOneRunThenAReplay/Wrap",
@@ -34,7 +35,9 @@ var mustPass = []string{
 // poison notes, effects), the engine commits effects through that store and
 // the module's handler notes poison in it, and with oncelytest Do and Wrap
 // run once and replay, refuse a reused key, leave the key free after a
-// marked transient error, and replay a permanent failure without running.
+// marked transient error, and replay a permanent failure without running;
+// the public SQS adapter runs its own event type once per key, with the JSON
+// decoder and with keyexpr's, and notes poison in its store.
 // An internal package cannot be imported from there: the go command
 // refuses it, so the module shows what a user can build.
 func TestAModuleOutsideUsesThePublicAPI(t *testing.T) {
