@@ -52,7 +52,8 @@ func main() {
 }
 
 // retryBase is the first delay of an order that goes back to the queue
-// (RETRY_BASE, a Go duration); unset, it is sqsbatch's default, 30 s.
+// (RETRY_BASE, a Go duration such as 30s); unset or not a duration, it is
+// zero: sqsbatch's default, 30 s.
 var retryBase, _ = time.ParseDuration(os.Getenv("RETRY_BASE"))
 
 // The business logic and its event: everything below is the team's own.

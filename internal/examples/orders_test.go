@@ -97,6 +97,7 @@ type orders struct {
 
 	mu         sync.Mutex
 	deliveries map[string][]delivery // by message id
+	recorded   int                   // deliveries recorded, all messages
 }
 
 // startOrders starts the payment API, local DynamoDB (minidyn) and the
@@ -170,6 +171,7 @@ func (o *orders) record(inv esm.Invocation) {
 	for _, r := range inv.Records {
 		o.deliveries[r.MessageID] = append(o.deliveries[r.MessageID], delivery{receiveCount: r.ReceiveCount, deleted: r.Deleted})
 	}
+	o.recorded += len(inv.Records)
 }
 
 // of returns the deliveries of a message so far.
@@ -199,12 +201,16 @@ func (o *orders) depth(q sqslocal.Queue) int {
 }
 
 // drain waits until the orders queue holds nothing (visible, in flight or
-// delayed) and no batch is being invoked, three checks in a row.
+// delayed), no batch is being invoked and every invocation's outcome is
+// recorded, three checks in a row.
 func (o *orders) drain() {
 	o.t.Helper()
 	deadline := time.Now().Add(drainDeadline)
 	for quiet := 0; quiet < 3; time.Sleep(100 * time.Millisecond) {
-		if o.depth(o.pair.Source) == 0 && !o.runner.Busy() {
+		o.mu.Lock()
+		recorded := o.recorded
+		o.mu.Unlock()
+		if o.depth(o.pair.Source) == 0 && !o.runner.Busy() && recorded == o.runner.Stats().Received {
 			quiet++
 		} else {
 			quiet = 0
