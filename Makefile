@@ -51,10 +51,10 @@ test: fmt-check vet tools
 	CGO_ENABLED=0 $(GO) test -tags lambda.norpc -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./internal/queue/
 	@[ -n "$(IS_ROOT)" ] || echo "note: TestE2EManagedInstances was skipped: the emulator's managed-instances mode needs root (docs/local.md)"
 
-## examples: the examples module (examples/, a module of its own): templates linted, functions driven under the emulator
+## examples: the examples module (examples/, a module of its own): templates linted, functions driven under the emulator (queue consumers through moto's SQS)
 examples: tools
 	$(MAKE) --no-print-directory examples-lint
-	$(TEST_ENV) $(GO) test -count=1 ./internal/examples/
+	$(TEST_ENV) tools/with-moto.sh $(GO) test -count=1 ./internal/examples/
 
 # sam validate --lint on each example's template (sam build is not run: it
 # costs seconds of CPU per template).
