@@ -20,6 +20,12 @@
 // The event source mapping must report batch item failures
 // (FunctionResponseTypes: [ReportBatchItemFailures]); without it, one
 // failed message sends the whole batch back.
+//
+// The engine's in-call retries (oncely.RetryPolicy.AttemptsPerDelivery)
+// sleep while the rest of the batch waits for the invocation to end. A
+// queue consumer with [Backoff] set usually wants AttemptsPerDelivery: 1:
+// a transient failure then goes back to the queue at once and waits there,
+// for its own delay, instead of inside the batch.
 package sqsbatch
 
 import (
@@ -91,6 +97,11 @@ type Backoff struct {
 	// Max caps a delay. Zero means 15 min. SQS's own cap is 12 h.
 	Max time.Duration
 }
+
+// RequiredIAMActions are exactly the IAM actions [Backoff] calls, to grant
+// on the queue (besides what the event source mapping needs; the batch
+// call is authorised by the single-message action).
+func RequiredIAMActions() []string { return sqsvisibility.RequiredIAMActions() }
 
 // VisibilityAPI is the part of *sqs.Client that [Backoff] calls.
 type VisibilityAPI interface {

@@ -23,8 +23,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/oncely/oncely/dynamostore"
+	"github.com/oncely/oncely/sqsbatch"
 
-	"github.com/oncely/oncely/internal/sqsvisibility"
 	"github.com/oncely/oncely/internal/testing/rie"
 	"github.com/oncely/oncely/internal/testing/samtemplate"
 )
@@ -96,7 +96,7 @@ func TestTemplatesGrantWhatTheFunctionsCall(t *testing.T) {
 		want map[string][]string
 	}{
 		{"welcome", map[string][]string{"IdempotencyTable": dynamostore.RequiredIAMActions()}},
-		{"orders", map[string][]string{"IdempotencyTable": dynamostore.RequiredIAMActions(), "OrdersQueue": sqsvisibility.RequiredIAMActions()}},
+		{"orders", map[string][]string{"IdempotencyTable": dynamostore.RequiredIAMActions(), "OrdersQueue": sqsbatch.RequiredIAMActions()}},
 	} {
 		t.Run(tc.example, func(t *testing.T) {
 			path := filepath.Join(examplesDir, tc.example, "template.yaml")
