@@ -11,13 +11,14 @@ import (
 	"os"
 	"strings"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/keyexpr"
 )
@@ -290,7 +291,7 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 		if err := idem.ValidateKey(k.apiKey); err != nil || len(k.apiKey) > 100 {
 			return nil, usagef("malformed --api-key %q: the Idempotency-Key header takes 8 to 100 characters of A-Z a-z 0-9 : _ -", k.apiKey)
 		}
-		return []named{{key: httpapi.ScopedKey(scope, k.apiKey)}}, nil
+		return []named{{key: apigw.ScopedKey(scope, k.apiKey)}}, nil
 	default:
 		return r.keyOfBody(k.body, x, keyExpr)
 	}
@@ -328,9 +329,9 @@ func scopeOf(caller string) (string, error) {
 		return caller, nil
 	case kind == "cognito" && strings.Contains(value, "/"):
 		pool, identity, _ := strings.Cut(value, "/")
-		return httpapi.CognitoScope(pool, identity), nil
+		return apigw.CognitoScope(pool, identity), nil
 	case kind == "iam":
-		return "iam:" + httpapi.NormalizePrincipal(value), nil
+		return "iam:" + apigw.NormalizePrincipal(value), nil
 	}
 	return "", usagef(`--caller %q: want anonymous, jwt:SUB, jwt@"ISSUER":SUB, iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL (the scope the API keys by)`, caller)
 }
