@@ -243,7 +243,7 @@ func (h *HandlerV2) request(req events.APIGatewayV2HTTPRequest) (oncely.Request,
 		return oncely.Request{}, &problem.Problem{Status: 401, Code: idem.CodeNoIdentity,
 			Detail: "the authorizer named no caller (a token without sub, or no principal); keys are scoped by caller, so the request is refused"}
 	}
-	body, p := Body(req, h.o.MaxBodyBytes)
+	payload, p := body(req, h.o.MaxBodyBytes)
 	if p != nil {
 		return oncely.Request{}, p
 	}
@@ -254,7 +254,7 @@ func (h *HandlerV2) request(req events.APIGatewayV2HTTPRequest) (oncely.Request,
 	// The handler gets the scoped key: a downstream de-duplicating on it
 	// must not merge two callers who chose the same Idempotency-Key.
 	key := ScopedKey(scope, ck)
-	r, err := oncely.NewRequest(key, body)
+	r, err := oncely.NewRequest(key, payload)
 	if err != nil {
 		var e *oncely.Error
 		errors.As(err, &e)
@@ -263,10 +263,9 @@ func (h *HandlerV2) request(req events.APIGatewayV2HTTPRequest) (oncely.Request,
 	return r, nil
 }
 
-// Body returns req's body after checking its declared type (415) and its
-// size (413), base64-decoded when API Gateway encoded it. A handler may
-// call it to read the body it is given.
-func Body(req events.APIGatewayV2HTTPRequest, limit int) ([]byte, *problem.Problem) {
+// body returns req's body after checking its declared type (415) and its
+// size (413), base64-decoded when API Gateway encoded it.
+func body(req events.APIGatewayV2HTTPRequest, limit int) ([]byte, *problem.Problem) {
 	if ct := problem.Header(req.Headers, "Content-Type"); ct != "" && !problem.IsJSON(ct) {
 		return nil, &problem.Problem{Status: 415, Code: idem.CodeUnsupportedMediaType, Detail: fmt.Sprintf("the body is declared as %q; send application/json", ct)}
 	}

@@ -112,9 +112,9 @@ type envelope struct {
 	ContentType string            `json:"content_type,omitempty"`
 	Headers     map[string]string `json:"headers,omitempty"`
 	Cookies     []string          `json:"cookies,omitempty"`
-	JSON        json.RawMessage `json:"json,omitempty"`
-	Body        *string         `json:"body,omitempty"`
-	BodyBase64  *string         `json:"body_base64,omitempty"`
+	JSON        json.RawMessage   `json:"json,omitempty"`
+	Body        *string           `json:"body,omitempty"`
+	BodyBase64  *string           `json:"body_base64,omitempty"`
 }
 
 // Encode returns the stored form of r.

@@ -135,7 +135,7 @@ func (h *Handler) handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // request's body and the scoped key, its result as the response, its
 // failures as the errors it marked.
 func (h *Handler) work(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, oncely.Effects, error) {
-	body, p := apigw.Body(req, h.o.MaxBodyBytes) // apigw accepted it before the work began
+	body, p := problem.DecodeBody(req, h.o.MaxBodyBytes) // apigw accepted it before the work began
 	if p != nil {
 		return events.APIGatewayV2HTTPResponse{}, nil, oncely.Permanent(errors.New(p.Detail))
 	}
