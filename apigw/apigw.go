@@ -282,11 +282,8 @@ func clientKey(headers map[string]string) (string, error) {
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		v = v[1 : len(v)-1]
 	}
-	if len(v) < 8 || len(v) > maxClientKey {
-		return "", fmt.Errorf("the %s header must be 8 to %d characters, got %d", HeaderKey, maxClientKey, len(v))
-	}
-	if err := idem.ValidateKey(v); err != nil {
-		return "", fmt.Errorf("the %s header is invalid: %s", HeaderKey, err.(*idem.Error).Message)
+	if err := ValidateClientKey(v); err != nil {
+		return "", err
 	}
 	return v, nil
 }

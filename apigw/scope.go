@@ -3,10 +3,13 @@ package apigw
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncely/oncely/internal/idem"
 )
 
 // Scope returns the caller identity that keys are scoped by, so that one
@@ -107,4 +110,51 @@ const scopedKeyPrefix = "api:"
 // is gone once acknowledged).
 func IsScopedKey(key string) bool {
 	return strings.HasPrefix(key, scopedKeyPrefix)
+}
+
+// ParseScope is Scope's inverse for a scope string written by hand (an
+// operator naming a caller, as oncelyctl --caller does): it accepts every
+// form Scope gives, in the grammar above, and returns it as Scope would
+// give it for that caller (an assumed-role session by its role; a JWT
+// issuer quoted as JWTScope quotes it), so that ScopedKey finds that
+// caller's keys. Its error names the grammar.
+func ParseScope(s string) (string, error) {
+	kind, value, _ := strings.Cut(s, ":")
+	switch {
+	case s == "anonymous":
+		return s, nil
+	case strings.HasPrefix(s, `jwt@"`):
+		iss, err := strconv.QuotedPrefix(s[len("jwt@"):])
+		if err != nil {
+			break
+		}
+		rest := s[len("jwt@")+len(iss):]
+		issuer, _ := strconv.Unquote(iss)
+		if sub, ok := strings.CutPrefix(rest, ":"); ok && sub != "" {
+			return "jwt@" + strconv.Quote(issuer) + ":" + sub, nil
+		}
+	case value == "":
+	case kind == "jwt", kind == "lambda":
+		return s, nil
+	case kind == "cognito":
+		if pool, identity, ok := strings.Cut(value, "/"); ok && pool != "" && identity != "" {
+			return CognitoScope(pool, identity), nil
+		}
+	case kind == "iam":
+		return "iam:" + NormalizePrincipal(value), nil
+	}
+	return "", fmt.Errorf(`scope %q: want anonymous, jwt:SUB, jwt@"ISSUER":SUB, iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL`, s)
+}
+
+// ValidateClientKey reports whether key is a valid Idempotency-Key header
+// value (without surrounding quotes): 8 to 100 characters, of those a key
+// may hold. Its error names the rule.
+func ValidateClientKey(key string) error {
+	if len(key) < 8 || len(key) > maxClientKey {
+		return fmt.Errorf("the %s header must be 8 to %d characters, got %d", HeaderKey, maxClientKey, len(key))
+	}
+	if err := idem.ValidateKey(key); err != nil {
+		return fmt.Errorf("the %s header is invalid: %s", HeaderKey, err.(*idem.Error).Message)
+	}
+	return nil
 }

@@ -288,8 +288,8 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := idem.ValidateKey(k.apiKey); err != nil || len(k.apiKey) > 100 {
-			return nil, usagef("malformed --api-key %q: the Idempotency-Key header takes 8 to 100 characters of A-Z a-z 0-9 : _ -", k.apiKey)
+		if err := apigw.ValidateClientKey(k.apiKey); err != nil {
+			return nil, usagef("malformed --api-key %q: %v", k.apiKey, err)
 		}
 		return []named{{key: apigw.ScopedKey(scope, k.apiKey)}}, nil
 	default:
@@ -320,20 +320,11 @@ func (r *runner) keyOfBody(file string, x *keyexpr.Extractor, keyExpr string) ([
 
 // scopeOf turns --caller into the scope the API adapter uses.
 func scopeOf(caller string) (string, error) {
-	kind, value, _ := strings.Cut(caller, ":")
-	switch {
-	case caller == "anonymous":
-		return caller, nil
-	case value == "":
-	case kind == "jwt", kind == "lambda", strings.HasPrefix(caller, `jwt@"`):
-		return caller, nil
-	case kind == "cognito" && strings.Contains(value, "/"):
-		pool, identity, _ := strings.Cut(value, "/")
-		return apigw.CognitoScope(pool, identity), nil
-	case kind == "iam":
-		return "iam:" + apigw.NormalizePrincipal(value), nil
+	scope, err := apigw.ParseScope(caller)
+	if err != nil {
+		return "", usagef("--caller %q: %v (the scope the API keys by)", caller, err)
 	}
-	return "", usagef(`--caller %q: want anonymous, jwt:SUB, jwt@"ISSUER":SUB, iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL (the scope the API keys by)`, caller)
+	return scope, nil
 }
 
 // printJSON writes v as indented JSON.
