@@ -71,13 +71,14 @@ import (
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/engineref"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/queue"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqssend"
@@ -294,7 +295,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	webhooks, sources, inboundRead := receiving(cfg.Inbound, sm, sqsClient, logger)
+	webhooks, sources, inboundRead := receivingRoute(cfg.Inbound, sm, sqsClient, logger)
 	if err := readSecrets(ctx, logger, append(act.reads, inboundRead...)); err != nil {
 		return nil, err
 	}
@@ -312,7 +313,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if wrapAction != nil {
 		act.do = wrapAction(act.do)
 	}
-	if r.SQS, r.HTTP, err = adapters(cfg, engine, act.do, webhooks, sqsClient, logger); err != nil {
+	if r.SQS, r.HTTP, r.Receiving, err = adapters(cfg, engine, act.do, webhooks, sqsClient, logger); err != nil {
 		return nil, err
 	}
 	// Only a set secret reports its health: a nil pointer in the interface
@@ -470,7 +471,7 @@ func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(c
 
 // adapters builds the SQS and HTTP adapters around the engine and the
 // action. The queue path is the public sqsbatch's, on the same engine.
-func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *httpapi.Handler, error) {
+func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks *receiving.Options, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *eventsapi.Handler, *receiving.Handler, error) {
 	var backoff *sqsbatch.Backoff
 	if !cfg.QueueBackoff.Off {
 		backoff = &sqsbatch.Backoff{SQS: sqsClient, Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max}
@@ -480,21 +481,29 @@ func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks 
 		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, Backoff: backoff,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger, Now: seamNow})
+	api, err := eventsapi.New(eventsapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Logger: logger, Now: seamNow})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return sqsHandler, api, nil
+	if webhooks == nil {
+		return sqsHandler, api, nil, nil
+	}
+	webhooks.Engine, webhooks.MaxBodyBytes, webhooks.Logger, webhooks.Now = public, cfg.MaxBodyBytes, logger, seamNow
+	hooks, err := receiving.New(*webhooks)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return sqsHandler, api, hooks, nil
 }
 
-// receiving wires the receiving route POST /webhooks/{source}, or returns
+// receivingRoute wires the receiving route POST /webhooks/{source}, or returns
 // nil when it is off, with the sources' first read for init: a missing
 // secret, a missing permission or a value that does not parse fails the
 // init with one line; an outage does not, and the route answers 503 with
 // Retry-After until a read succeeds.
-func receiving(in config.Inbound, secrets secretsource.API, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, *secretsource.Document[*inbound.Sources], []initRead) {
+func receivingRoute(in config.Inbound, secrets secretsource.API, queue *sqs.Client, logger *slog.Logger) (*receiving.Options, *secretsource.Document[*inbound.Sources], []initRead) {
 	if !in.On {
 		return nil, nil, nil
 	}
@@ -509,5 +518,5 @@ func receiving(in config.Inbound, secrets secretsource.API, queue *sqs.Client, l
 			logger.Info("inbound webhook sources", "sources", s.Names())
 		}
 	}}
-	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, []initRead{read}
+	return &receiving.Options{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, []initRead{read}
 }

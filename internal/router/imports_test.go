@@ -15,14 +15,25 @@ import (
 // sqsbatch and keyexpr, not on internal copies of them.
 func TestTheProductRunsOnThePublicAdapters(t *testing.T) {
 	deps := goListDeps(t, "github.com/oncely/oncely/cmd/handler", "github.com/oncely/oncely/internal/router")
-	for _, banned := range []string{"github.com/oncely/oncely/internal/sqsbatch", "github.com/oncely/oncely/internal/eventkey"} {
+	for _, banned := range []string{"github.com/oncely/oncely/internal/sqsbatch", "github.com/oncely/oncely/internal/eventkey", "github.com/oncely/oncely/internal/httpapi"} {
 		if slices.Contains(deps, banned) {
 			t.Errorf("the product's wiring depends on %s; it must use the public packages", banned)
 		}
 	}
-	for _, public := range []string{"github.com/oncely/oncely/sqsbatch", "github.com/oncely/oncely/keyexpr"} {
+	for _, public := range []string{"github.com/oncely/oncely/sqsbatch", "github.com/oncely/oncely/keyexpr", "github.com/oncely/oncely/apigw"} {
 		if !slices.Contains(deps, public) {
 			t.Errorf("the product's wiring does not use %s", public)
+		}
+	}
+}
+
+// oncelyctl names API records with the public scope grammar (apigw), not
+// through the ready function's API routes.
+func TestOncelyctlDoesNotDependOnTheAPIRoutes(t *testing.T) {
+	deps := goListDeps(t, "github.com/oncely/oncely/internal/opsctl")
+	for _, banned := range []string{"github.com/oncely/oncely/internal/eventsapi", "github.com/oncely/oncely/internal/receiving", "github.com/oncely/oncely/internal/httpapi"} {
+		if slices.Contains(deps, banned) {
+			t.Errorf("internal/opsctl depends on %s", banned)
 		}
 	}
 }

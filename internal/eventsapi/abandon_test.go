@@ -1,4 +1,4 @@
-package httpapi_test
+package eventsapi_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/memstore"
 )
@@ -55,7 +55,7 @@ func TestAnActionThatIgnoresItsContextGets503WithRetryAfter(t *testing.T) {
 		<-release // ignores its context
 		return action.Result{Status: 201, Body: []byte(`{"late":true}`)}, nil
 	}
-	h, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
+	h, err := eventsapi.New(eventsapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
