@@ -255,7 +255,7 @@ func capacityRows(ctx context.Context, moto string) ([]capRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := eventsapi.New(eventsapi.Options{Engine: engine, Action: n.Do, Logger: logger})
+	api, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: n.Do, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

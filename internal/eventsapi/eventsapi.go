@@ -19,7 +19,6 @@ import (
 	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/apigw"
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/problem"
 )
@@ -34,7 +33,7 @@ const (
 
 // Options configure a Handler. Engine and Action are required.
 type Options struct {
-	Engine *idem.Engine
+	Engine *oncely.Engine
 	Action action.Func
 	// MaxBodyBytes refuses larger bodies with 413. Zero means
 	// idem.DefaultMaxEventBytes.
@@ -70,9 +69,7 @@ func New(o Options) (*Handler, error) {
 		o.Logger = slog.Default()
 	}
 	h := &Handler{o: o}
-	// The product's engine, built with its test seams, as the public
-	// adapter takes it.
-	api, err := apigw.NewV2(engineref.Wrap(o.Engine).(*oncely.Engine), h.work, apigw.Options{MaxBodyBytes: o.MaxBodyBytes, JWTIssuer: o.JWTIssuer})
+	api, err := apigw.NewV2(o.Engine, h.work, apigw.Options{MaxBodyBytes: o.MaxBodyBytes, JWTIssuer: o.JWTIssuer})
 	if err != nil {
 		return nil, err
 	}

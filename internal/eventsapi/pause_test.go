@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
@@ -44,7 +46,7 @@ func TestARetryThatIgnoresRetryAfterGets409WhileTheReceiverWorks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := eventsapi.New(eventsapi.Options{Engine: engine, Action: n.Do, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: slog.New(slog.DiscardHandler)})
+	h, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: n.Do, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

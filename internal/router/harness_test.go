@@ -151,7 +151,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := eventsapi.New(eventsapi.Options{Engine: engine, Action: act, JWTIssuer: "https://issuer.example", Logger: logger})
+	api, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: act, JWTIssuer: "https://issuer.example", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,24 @@ func TestTheProductRunsOnThePublicAdapters(t *testing.T) {
 	}
 }
 
+// The product's wiring (cmd/handler, and this package, which it reaches
+// the adapters through) imports the library's public packages, not the
+// domain, the DynamoDB driver or internal adapters, in the production
+// build: what it builds, a team can build. (Its actions, internal/notify
+// and internal/ledger, and the e2efaults build, may reach further.)
+func TestTheProductWiringImportsNoInternalCore(t *testing.T) {
+	banned := []string{"internal/idem", "internal/ddbstore", "internal/sqsbatch", "internal/httpapi", "internal/eventkey"}
+	for _, pkg := range []string{"github.com/oncely/oncely/cmd/handler", "github.com/oncely/oncely/internal/router"} {
+		for _, imp := range goList(t, "{{join .Imports \"\\n\"}}", pkg) {
+			for _, b := range banned {
+				if imp == "github.com/oncely/oncely/"+b {
+					t.Errorf("%s imports %s", pkg, imp)
+				}
+			}
+		}
+	}
+}
+
 // oncelyctl names API records with the public scope grammar (apigw), not
 // through the ready function's API routes.
 func TestOncelyctlDoesNotDependOnTheAPIRoutes(t *testing.T) {
@@ -42,7 +60,13 @@ func TestOncelyctlDoesNotDependOnTheAPIRoutes(t *testing.T) {
 // (no test files, no build tags), themselves included.
 func goListDeps(t *testing.T, pkgs ...string) []string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, pkgs...)...)
+	return goList(t, "{{.ImportPath}}", append([]string{"-deps"}, pkgs...)...)
+}
+
+// goList runs go list -f format over args.
+func goList(t *testing.T, format string, args ...string) []string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append([]string{"list", "-f", format}, args...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

@@ -19,9 +19,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncely/oncely/driver"
 	"github.com/oncely/oncely/internal/emf"
 	"github.com/oncely/oncely/internal/eventsapi"
-	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/queue"
 	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/secretsource"
@@ -60,8 +60,8 @@ const (
 // Metrics are the count metrics of the SQS and HTTP documents: one per
 // label, MetricVisibilityFailed and the signing secret's two.
 func Metrics() []string {
-	names := make([]string, 0, len(idem.Labels)+3)
-	for _, l := range idem.Labels {
+	names := make([]string, 0, len(driver.Labels)+3)
+	for _, l := range driver.Labels {
 		names = append(names, string(l))
 	}
 	return append(names, MetricVisibilityFailed, MetricSigningKeyIgnored, MetricSecretRefreshFailed)
