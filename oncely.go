@@ -124,7 +124,9 @@ func (b Budget) Reserve() time.Duration { return idem.Budget(b).Reserve() }
 // WorkTime is how long work may run in an invocation of timeout (a
 // function's timeout): timeout minus the Reserve. Check a downstream
 // call's timeout against it at init.
-func (b Budget) WorkTime(timeout time.Duration) time.Duration { return idem.Budget(b).WorkTime(timeout) }
+func (b Budget) WorkTime(timeout time.Duration) time.Duration {
+	return idem.Budget(b).WorkTime(timeout)
+}
 
 // Engine runs work at most once per key, as far as its store allows. It is
 // safe for concurrent use.
