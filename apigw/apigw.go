@@ -77,7 +77,7 @@ type Options struct {
 	Store func(status int) bool
 	// OnReplay, if set, is called with every replayed response (a stored
 	// success or a stored failure) before it is returned: to add a header,
-	// or count a metric.
+	// or count a metric. Its ctx carries the scoped key (oncely.KeyFrom).
 	OnReplay func(ctx context.Context, req events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse)
 }
 
@@ -226,7 +226,7 @@ func (h *HandlerV2) Handle(ctx context.Context, req events.APIGatewayV2HTTPReque
 	if out.Replayed {
 		resp.Headers[HeaderReplayed] = "true"
 		if h.o.OnReplay != nil {
-			h.o.OnReplay(ctx, req, &resp)
+			h.o.OnReplay(engineref.WithKey(ctx, r.Key), req, &resp)
 		}
 	}
 	return resp, res
