@@ -11,11 +11,12 @@ import (
 
 	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/apigw"
+	"github.com/oncely/oncely/oncelytest"
 )
 
 func TestStoreStatus(t *testing.T) {
-	stored := []int{200, 201, 202, 204, 299, 400, 401, 403, 404, 410, 422, 499}
-	notStored := []int{0, 100, 199, 300, 301, 304, 399, 408, 409, 425, 429, 500, 502, 503, 504, 599, 600}
+	stored := []int{200, 201, 202, 204, 299, 300, 301, 303, 304, 399, 400, 401, 403, 404, 410, 422, 499}
+	notStored := []int{0, 100, 199, 408, 409, 425, 429, 500, 502, 503, 504, 599, 600}
 	for _, s := range stored {
 		if !apigw.StoreStatus(s) {
 			t.Errorf("StoreStatus(%d) = false; want true", s)
@@ -67,7 +68,7 @@ func TestResponsesNotStoredAreReturnedAsTheyAreAndReleased(t *testing.T) {
 	}
 }
 
-// TestResponsesStoredByDefault: 2xx and 4xx but the four are replayed.
+// TestResponsesStoredByDefault: 2xx, 3xx and 4xx but the four are replayed.
 func TestResponsesStoredByDefault(t *testing.T) {
 	for _, status := range []int{200, 201, 204, 400, 403, 404, 422} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
@@ -119,5 +120,33 @@ func TestOptionsStoreOverridesStoreStatus(t *testing.T) {
 				t.Errorf("handler runs %d; want %d", n, wantRuns)
 			}
 		})
+	}
+}
+
+// A redirect after the side effect is the answer (303 See Other after a
+// POST): stored and replayed, the handler run once. A response without a
+// status is a 200, stored as one.
+func TestRedirectsAndResponsesWithoutAStatusAreStored(t *testing.T) {
+	for _, status := range []int{303, 0} {
+		e, err := oncely.New(oncelytest.NewStore(), oncely.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs := 0
+		h := apigw.WrapV2(e, func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+			runs++
+			return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Location": "/orders/o-1"}}, nil
+		}, apigw.Options{})
+		req := events.APIGatewayV2HTTPRequest{Headers: map[string]string{"Idempotency-Key": "order-7f3a9c21"}, Body: `{"item":"book"}`}
+		var last events.APIGatewayV2HTTPResponse
+		for range 2 {
+			if last, err = h(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := max(status, 200)
+		if runs != 1 || last.StatusCode != want || last.Headers["Location"] != "/orders/o-1" || last.Headers[apigw.HeaderReplayed] != "true" {
+			t.Errorf("status %d: %d runs, replay %+v; want one run and a replayed %d with its Location", status, runs, last, want)
+		}
 	}
 }
