@@ -19,7 +19,7 @@ var mustPass = []string{
 	"TestConformance/Store", "TestConformance/Store/ErrorsAreClassified/drop_reply",
 	"TestConformance/Poison", "TestConformance/Effects",
 	"TestEngineCommitsEffectsThroughTheOutsideStore",
-	"TestSQSBatchFromOutside", "TestSQSBatchWithKeyExpressionsFromOutside",
+	"TestSQSBatchFromOutside", "TestSQSBatchWithKeyExpressionsFromOutside", "TestAPIGatewayFromOutside",
 	"TestEngineStoresAFailedEffectConditionAsPermanent",
 	"TestHandlerNotesPoisonInTheOutsideStore",
 	"TestOneRunThenAReplay/Do", "TestOneRunThenAReplay/Wrap",
@@ -37,7 +37,8 @@ var mustPass = []string{
 // run once and replay, refuse a reused key, leave the key free after a
 // marked transient error, and replay a permanent failure without running;
 // the public SQS adapter runs its own event type once per key, with the JSON
-// decoder and with keyexpr's, and notes poison in its store.
+// decoder and with keyexpr's, and notes poison in its store; the public
+// API Gateway adapter replays a retry and keeps two callers apart.
 // An internal package cannot be imported from there: the go command
 // refuses it, so the module shows what a user can build.
 func TestAModuleOutsideUsesThePublicAPI(t *testing.T) {
