@@ -71,6 +71,7 @@ func TestOutcomes(t *testing.T) {
 		{name: "replay of a stored permanent failure", body: body("rp-00002", "permanent"),
 			before: func(f *fixture) { f.run(t, batch(false, rec{id: "earlier", body: body("rp-00002", "permanent")})) },
 			label:  "permanent", code: "HTTP_404", ack: true},
+		{name: "permanent through Expr: the function gets the body", body: body("px-00001", "permanent"), mod: byID, label: "permanent", code: "HTTP_404", ack: true},
 		{name: "poison: not JSON (Expr)", body: `{"id":`, mod: byID, label: "poison", code: idem.CodeNotJSON, ack: true},
 		{name: "poison: no key (Expr, KEY_MISSING)", body: `{"reply":""}`, mod: byID, label: "poison", code: idem.CodeKeyMissing, ack: true},
 		{name: "poison: not JSON (JSON decoder)", body: `{"id":`, label: "poison", code: oncely.CodeInvalidPayload, ack: true},

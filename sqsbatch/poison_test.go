@@ -164,6 +164,21 @@ func TestKeyFunctionErrorIsInvalidKey(t *testing.T) {
 	}
 }
 
+// A decoder's error text of any length is cut to MaxPoisonDetail in the
+// note.
+func TestPoisonDetailIsBounded(t *testing.T) {
+	f := newFixture(t, func(s *setup) {
+		s.decoder = func(events.SQSMessage) (oncely.Request, order, error) {
+			return oncely.Request{}, order{}, errors.New(strings.Repeat("the event is not one of ours; ", 100))
+		}
+	})
+	_, results := f.run(t, batch(false, rec{id: "m1", body: body("lo-00001", "")}))
+	note, ok := f.note(t, "m1")
+	if !ok || results[0].Code != oncely.CodeInvalidPayload || len(note.Detail) != driver.MaxPoisonDetail || !strings.HasPrefix(note.Detail, "the event is not one of ours") {
+		t.Errorf("note %+v (%v, %s); want INVALID_PAYLOAD (a plain error's code) with the text cut at %d bytes", note, ok, results[0].Code, driver.MaxPoisonDetail)
+	}
+}
+
 // refusingPoison is the in-memory store whose poison notes fail with err.
 type refusingPoison struct {
 	*oncelytest.Store
