@@ -1,0 +1,5 @@
+//go:build race
+
+package sqsbatch_test
+
+const raceEnabled = true
