@@ -31,7 +31,7 @@ func TestIdenticalCopiesInOneBatchRunOnceAndBothAreAcknowledged(t *testing.T) {
 	if a, b := f.runCount("co-00001"), f.runCount("co-00002"); a != 1 || b != 1 {
 		t.Errorf("runs co-00001=%d co-00002=%d; want 1 each", a, b)
 	}
-	labels := []string{results[0].Label, results[1].Label}
+	labels := []string{string(results[0].Label), string(results[1].Label)}
 	slices.Sort(labels)
 	if !slices.Equal(labels, []string{"executed", "replayed"}) || results[2].Label != "executed" {
 		t.Errorf("labels %v, %s; want one copy executed, the other replayed, m3 executed", labels, results[2].Label)

@@ -97,5 +97,5 @@ func ExampleJSON() {
 	// Output:
 	// charge:o-1001 500 <nil>
 	// INVALID_PAYLOAD: member cents is a JSON string; sqsbatch_test.Payment wants int
-	// INVALID_KEY: the key function refused the event: INVALID_KEY: oncely.Key: part #2 is empty
+	// INVALID_KEY: the key function refused the event: oncely.Key: part #2 is empty
 }

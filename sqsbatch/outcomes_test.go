@@ -92,7 +92,7 @@ func TestOutcomes(t *testing.T) {
 			}
 			resp, results := f.run(t, batch(false, rec{id: "m1", body: tt.body, receive: tt.receive}))
 			r := results[0]
-			if r.Label != tt.label || r.Code != tt.code || r.Ack() != tt.ack {
+			if string(r.Label) != tt.label || r.Code != tt.code || r.Ack() != tt.ack {
 				t.Errorf("got label %s code %s ack %v; want %s %s %v", r.Label, r.Code, r.Ack(), tt.label, tt.code, tt.ack)
 			}
 			if inFailures := slices.Equal(failures(resp), []string{"m1"}); inFailures == tt.ack {

@@ -114,7 +114,6 @@ type narrow struct {
 // A number the member cannot hold, and a map key that is not a number,
 // are refused naming the types too, never quoting the number or the key.
 func TestJSONDecoderOverflowErrorsNeverQuoteTheNumber(t *testing.T) {
-	t.Skip("bug: decodeError prints json.UnmarshalTypeError.Value, which encoding/json sets to \"number \" + the literal for an overflow (and for a map key): the note quotes the body")
 	store := oncelytest.NewStore()
 	engine, err := oncely.New(store, oncely.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -209,7 +208,7 @@ func TestPoisonNoteNotStoredMeansNotAcknowledged(t *testing.T) {
 			if got := failures(resp); len(got) != 1 || got[0] != "m1" {
 				t.Fatalf("batchItemFailures %v; want [m1]", got)
 			}
-			if r := results[0]; r.Label != tc.label || r.Ack() || r.Code != oncely.CodeInvalidPayload {
+			if r := results[0]; string(r.Label) != tc.label || r.Ack() || r.Code != oncely.CodeInvalidPayload {
 				t.Errorf("m1: %s %s ack %v; want %s INVALID_PAYLOAD, not acknowledged", r.Label, r.Code, r.Ack(), tc.label)
 			}
 			if _, ok := f.note(t, "m1"); ok {

@@ -109,7 +109,7 @@ func TestNewStoresTheResultAndCommitsTheEffects(t *testing.T) {
 	}
 	for i, label := range []string{"executed", "replayed"} {
 		resp, results, err := h.Handle(context.Background(), batch(false, rec{id: fmt.Sprint("m", i), body: body("fx-00001", "")}))
-		if err != nil || len(resp.BatchItemFailures) != 0 || results[0].Label != label {
+		if err != nil || len(resp.BatchItemFailures) != 0 || string(results[0].Label) != label {
 			t.Fatalf("delivery %d: %+v, %v; want %s, acknowledged", i, results, err, label)
 		}
 	}
