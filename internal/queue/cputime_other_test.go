@@ -1,8 +1,0 @@
-//go:build !unix
-
-package queue_test
-
-import "time"
-
-// cpuTime is not measured here; BenchmarkWorstCaseAdapter reports 0.
-func cpuTime() time.Duration { return 0 }

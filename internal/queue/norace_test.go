@@ -1,5 +1,0 @@
-//go:build !race
-
-package queue_test
-
-const raceEnabled = false
