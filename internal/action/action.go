@@ -65,6 +65,11 @@ type Result struct {
 	ContentType string
 	// Body is returned to API callers and kept in the record.
 	Body []byte
+	// Headers and Cookies are more of an API response (package apigw
+	// stores a team's response headers, but its Content-Type, here): kept
+	// and replayed. Nil for an action's result.
+	Headers map[string]string
+	Cookies []string
 	// Effects, if set, are writes the store commits in the same atomic
 	// operation as the record's completion, instead of the action doing
 	// them (see idem.EffectStore and package ledger). They are not stored
@@ -98,17 +103,23 @@ type Func func(ctx context.Context, ev Event) (Result, error)
 // Records written before "json" existed hold every UTF-8 body under
 // "body", HTML-escaped; Decode reads them as it always did, so their
 // replays stay byte for byte.
+//
+// Headers and cookies (apigw's responses) come after content_type, and are
+// absent when there are none: a result without them is stored exactly as
+// before they existed.
 type envelope struct {
-	Status      int             `json:"status"`
-	ContentType string          `json:"content_type,omitempty"`
-	JSON        json.RawMessage `json:"json,omitempty"`
-	Body        *string         `json:"body,omitempty"`
-	BodyBase64  *string         `json:"body_base64,omitempty"`
+	Status      int               `json:"status"`
+	ContentType string            `json:"content_type,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Cookies     []string          `json:"cookies,omitempty"`
+	JSON        json.RawMessage   `json:"json,omitempty"`
+	Body        *string           `json:"body,omitempty"`
+	BodyBase64  *string           `json:"body_base64,omitempty"`
 }
 
 // Encode returns the stored form of r.
 func Encode(r Result) []byte {
-	e := envelope{Status: r.Status, ContentType: r.ContentType}
+	e := envelope{Status: r.Status, ContentType: r.ContentType, Headers: r.Headers, Cookies: r.Cookies}
 	if e.Status == 0 {
 		e.Status = 200
 	}
@@ -122,6 +133,14 @@ func Encode(r Result) []byte {
 		if e.ContentType != "" {
 			b = append(b, `,"content_type":`...)
 			b = appendString(b, e.ContentType)
+		}
+		if len(e.Headers) > 0 {
+			b = append(b, `,"headers":`...)
+			b = append(b, marshal(e.Headers)...) // sorted by name
+		}
+		if len(e.Cookies) > 0 {
+			b = append(b, `,"cookies":`...)
+			b = append(b, marshal(e.Cookies)...)
 		}
 		b = append(b, `,"json":`...)
 		b = append(b, r.Body...)
@@ -169,7 +188,7 @@ func Decode(b []byte) (Result, error) {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return Result{}, fmt.Errorf("stored result is not a result envelope: %w", err)
 	}
-	r := Result{Status: e.Status, ContentType: e.ContentType}
+	r := Result{Status: e.Status, ContentType: e.ContentType, Headers: e.Headers, Cookies: e.Cookies}
 	switch {
 	case e.JSON != nil:
 		r.Body = []byte(e.JSON) // Unmarshal copies the value's bytes verbatim

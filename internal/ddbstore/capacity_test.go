@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -83,7 +85,7 @@ func TestTypicalEventFitsOneWriteUnit(t *testing.T) {
 			for _, outcome := range []string{"succeeded", "failed"} {
 				key := "evt:" + eventID + ":notify"
 				if source == "http" {
-					key = httpapi.ScopedKey("arn:aws:iam::123456789012:role/orders-service", eventID)
+					key = apigw.ScopedKey("arn:aws:iam::123456789012:role/orders-service", eventID)
 				}
 				key += "-" + strconv.Itoa(len(reply))
 				if outcome == "failed" {
@@ -122,8 +124,8 @@ func TestRecordWrittenBeforeTheDeployReplaysByteForByte(t *testing.T) {
 		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: "POST /events", RequestID: "r2",
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/events"}},
 	}
-	scope, _ := httpapi.Scope(req, "")
-	key := httpapi.ScopedKey(scope, "order-7f3a9c21")
+	scope, _ := apigw.Scope(req, "")
+	key := apigw.ScopedKey(scope, "order-7f3a9c21")
 	r := request(t, key, req.Body)
 	now := time.Now()
 	stored := `{"status":200,"body":"{\"delivered\":true,\"downstream_status\":202,\"reply\":\"\\u003chtml\\u003e\\u0026amp;\\u003c/html\\u003e\"}"}`

@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/rie"
@@ -389,7 +390,7 @@ func TestE2EAPIRequestReplayAndReuse(t *testing.T) {
 	if changed := call(`{"id":"release-42","action":"notify","extra":1}`); changed.StatusCode != 422 {
 		t.Fatalf("changed body: %d %s; want 422", changed.StatusCode, changed.Body)
 	}
-	if n := f.down.Count(httpapi.ScopedKey("anonymous", "order-7f3a9c21")); n != 1 {
+	if n := f.down.Count(apigw.ScopedKey("anonymous", "order-7f3a9c21")); n != 1 {
 		t.Errorf("deliveries %d; want 1", n)
 	}
 }

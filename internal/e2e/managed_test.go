@@ -24,11 +24,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/oncely/oncely/internal/config"
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 	"github.com/oncely/oncely/internal/testing/sqslocal"
@@ -406,7 +407,7 @@ func TestE2EManagedInstances(t *testing.T) {
 		// API: the same with one Idempotency-Key: 409 while the first runs,
 		// then the first response, replayed.
 		apiKey := "order-mi-dup"
-		scoped := httpapi.ScopedKey("anonymous", apiKey)
+		scoped := apigw.ScopedKey("anonymous", apiKey)
 		hold = make(chan struct{})
 		down.Script(scoped, fakewebhook.Reply{Hold: hold})
 		first := make(chan *call)
@@ -553,7 +554,7 @@ func TestE2EManagedInstances(t *testing.T) {
 					t.Errorf("API %s answered %q and %q; want one stored response", key, bodies[0], b)
 				}
 			}
-			if n := down.Count(httpapi.ScopedKey("anonymous", key)); n != 1 {
+			if n := down.Count(apigw.ScopedKey("anonymous", key)); n != 1 {
 				t.Errorf("API %s: %d deliveries; want 1", key, n)
 			}
 		}

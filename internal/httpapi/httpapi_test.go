@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
@@ -238,7 +240,7 @@ func TestScope(t *testing.T) {
 		{"an authorizer with no identity", &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{}, ""},
 	}
 	for _, tt := range tests {
-		got, ok := httpapi.Scope(request(authorizer(tt.auth)), issuer)
+		got, ok := apigw.Scope(request(authorizer(tt.auth)), issuer)
 		if ok != (tt.want != "") || got != tt.want {
 			t.Errorf("%s: Scope = %q, %v; want %q", tt.name, got, ok, tt.want)
 		}
@@ -293,8 +295,8 @@ func TestStoredFailuresReachCallersAsCodeAndSentence(t *testing.T) {
 func TestFailuresStoredBeforeReplayAsStored(t *testing.T) {
 	f := newFixture(t)
 	req := request(header("idempotency-key", "stored-before-1"))
-	scope, _ := httpapi.Scope(req, issuer)
-	key := httpapi.ScopedKey(scope, "stored-before-1")
+	scope, _ := apigw.Scope(req, issuer)
+	key := apigw.ScopedKey(scope, "stored-before-1")
 	r, err := idem.NewRequest(key, []byte(req.Body))
 	if err != nil {
 		t.Fatal(err)
@@ -358,10 +360,10 @@ func TestTheLogLineHasOneRequestIdTheInvocations(t *testing.T) {
 // TestIsScopedKey: operators tell an API request's key from an event's by
 // the form ScopedKey gives (oncelyctl's re-send reminder depends on it).
 func TestIsScopedKey(t *testing.T) {
-	if k := httpapi.ScopedKey("jwt:user-1", "order-7f3a9c21"); !httpapi.IsScopedKey(k) {
+	if k := apigw.ScopedKey("jwt:user-1", "order-7f3a9c21"); !apigw.IsScopedKey(k) {
 		t.Errorf("IsScopedKey(%q) = false, want true", k)
 	}
-	if k := "evt:order-1:notify"; httpapi.IsScopedKey(k) {
+	if k := "evt:order-1:notify"; apigw.IsScopedKey(k) {
 		t.Errorf("IsScopedKey(%q) = true, want false", k)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
+	"github.com/oncely/oncely/internal/problem"
 )
 
 // The receiving route: senders POST their deliveries to
@@ -159,8 +160,8 @@ func (h *Handler) receive(ctx context.Context, req events.APIGatewayV2HTTPReques
 		p = h.enqueue(ctx, env, &d)
 	}
 	if p != nil {
-		d.code, d.err = p.code, cmp.Or(p.cause, p.detail)
-		return p.response(), d
+		d.code, d.err = p.Code, cmp.Or(p.Cause, p.Detail)
+		return p.Response(), d
 	}
 	out, _ := json.Marshal(struct {
 		Queued bool   `json:"queued"`
@@ -172,7 +173,7 @@ func (h *Handler) receive(ctx context.Context, req events.APIGatewayV2HTTPReques
 // verify checks one delivery to d.source and returns the envelope to queue,
 // or the problem that refuses it. It fills in what d learns on the way: the
 // delivery id (as claimed until verified), whether it was verified, its key.
-func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest, method string, d *delivery) ([]byte, *problem) {
+func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest, method string, d *delivery) ([]byte, *problem.Problem) {
 	if method != Method {
 		return nil, webhookProblem(idem.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s<source>; use %s", method, WebhookPathPrefix, Method))
 	}
@@ -181,11 +182,11 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		return nil, p
 	}
 	limit := min(h.o.MaxBodyBytes, h.o.Webhooks.MaxMessageBytes)
-	body, p := decodeBody(req, limit)
+	body, p := problem.DecodeBody(req, limit)
 	if p != nil {
 		// Too large (refused before the signature is computed) or not
 		// base64: nothing of it is looked at.
-		p.cause = "the body was refused before verification"
+		p.Cause = "the body was refused before verification"
 		return nil, p
 	}
 	dv, err := src.Verify(req.Headers, body, h.o.Now(), h.o.Webhooks.Tolerance)
@@ -194,7 +195,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		e := err.(*idem.Error) // Verify's errors are all *idem.Error
 		d.verified = webhookStatus[e.Code].status != 401
 		if e.Code == idem.CodeInvalidPayload {
-			if ct := header(req.Headers, "Content-Type"); ct != "" && !isJSON(ct) {
+			if ct := problem.Header(req.Headers, "Content-Type"); ct != "" && !problem.IsJSON(ct) {
 				return nil, webhookProblem(idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; set the sender's content type to application/json", ct))
 			}
 		}
@@ -209,10 +210,10 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 }
 
 // source returns the configured source of that name.
-func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *problem) {
+func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *problem.Problem) {
 	sources, err := h.o.Webhooks.Sources.Get(ctx)
 	if err != nil {
-		return nil, &problem{status: 503, code: idem.CodeInboundUnavailable, detail: "the webhook sources could not be read; nothing was queued: retry later", retryAfter: time.Second, cause: err.Error()}
+		return nil, &problem.Problem{Status: 503, Code: idem.CodeInboundUnavailable, Detail: "the webhook sources could not be read; nothing was queued: retry later", RetryAfter: time.Second, Cause: err.Error()}
 	}
 	src, ok := sources.Lookup(name)
 	if !ok {
@@ -226,7 +227,7 @@ func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *pr
 }
 
 // enqueue queues a verified delivery's envelope, within the call budget.
-func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem {
+func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem.Problem {
 	sctx, cancel := h.o.Engine.Budget().CallContext(ctx)
 	defer cancel()
 	var err error
@@ -235,18 +236,18 @@ func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem
 	case err == nil:
 		return nil
 	case idem.Classify(err) == idem.ClassTransient:
-		return &problem{status: 503, code: idem.CodeInboundUnavailable, detail: "the delivery was verified but could not be queued; nothing was kept: retry later", retryAfter: time.Second, cause: err.Error()}
+		return &problem.Problem{Status: 503, Code: idem.CodeInboundUnavailable, Detail: "the delivery was verified but could not be queued; nothing was kept: retry later", RetryAfter: time.Second, Cause: err.Error()}
 	default:
-		return &problem{status: 500, code: idem.CodeInboundUnavailable, detail: "the delivery was verified but could not be queued; the operator can see why in the function's log", cause: err.Error()}
+		return &problem.Problem{Status: 500, Code: idem.CodeInboundUnavailable, Detail: "the delivery was verified but could not be queued; the operator can see why in the function's log", Cause: err.Error()}
 	}
 }
 
 // webhookProblem is the receiving route's refusal with code, at the status
 // the route's table gives it (and for a 405, the Allow header).
-func webhookProblem(code idem.Code, detail string) *problem {
-	p := &problem{status: webhookStatus[code].status, code: code, detail: detail}
+func webhookProblem(code idem.Code, detail string) *problem.Problem {
+	p := &problem.Problem{Status: webhookStatus[code].status, Code: code, Detail: detail}
 	if code == idem.CodeMethodNotAllowed {
-		p.allow = Method
+		p.Allow = Method
 	}
 	return p
 }

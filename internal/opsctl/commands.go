@@ -13,9 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 )
@@ -781,7 +782,7 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 	// A permanent failure was acknowledged: its message has left the
 	// queue, and a release alone runs nothing (an API caller retries by
 	// itself).
-	res.Resend = release && cur.Status == idem.StatusFailed && !cur.Retryable && !httpapi.IsScopedKey(cur.Key)
+	res.Resend = release && cur.Status == idem.StatusFailed && !cur.Retryable && !apigw.IsScopedKey(cur.Key)
 	if why := changed(t.seen, cur); why != "" {
 		res.Outcome, res.Detail = "refused", why+"; read it again (get, or list --json) and decide again"
 		return res, nil

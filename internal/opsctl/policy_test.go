@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/opsctl"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 )
@@ -89,13 +90,13 @@ func TestCallerNamesEveryScope(t *testing.T) {
 	for caller, scope := range map[string]string{
 		"anonymous":                     "anonymous",
 		"jwt:user-1":                    "jwt:user-1",
-		`jwt@"https://other.example":u`: httpapi.JWTScope("https://other.example", "u", ""),
+		`jwt@"https://other.example":u`: apigw.JWTScope("https://other.example", "u", ""),
 		"iam:arn:aws:sts::111122223333:assumed-role/Publisher/i-1": "iam:arn:aws:sts::111122223333:assumed-role/Publisher",
-		"cognito:us-east-1:pool/us-east-1:id":                      httpapi.CognitoScope("us-east-1:pool", "us-east-1:id"),
+		"cognito:us-east-1:pool/us-east-1:id":                      apigw.CognitoScope("us-east-1:pool", "us-east-1:id"),
 		"lambda:tenant-9":                                          "lambda:tenant-9",
 	} {
 		_, stderr, code := f.run("", "get", "--api-key", "order-7f3a9c21", "--caller", caller)
-		want := httpapi.ScopedKey(scope, "order-7f3a9c21")
+		want := apigw.ScopedKey(scope, "order-7f3a9c21")
 		if code != opsctl.ExitNotFound || !strings.Contains(stderr, want) {
 			t.Errorf("--caller %s: exit %d, %q; want not found for %s", caller, code, stderr, want)
 		}

@@ -11,13 +11,14 @@ import (
 	"os"
 	"strings"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/keyexpr"
 )
@@ -287,10 +288,10 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := idem.ValidateKey(k.apiKey); err != nil || len(k.apiKey) > 100 {
-			return nil, usagef("malformed --api-key %q: the Idempotency-Key header takes 8 to 100 characters of A-Z a-z 0-9 : _ -", k.apiKey)
+		if err := apigw.ValidateClientKey(k.apiKey); err != nil {
+			return nil, usagef("malformed --api-key %q: %v", k.apiKey, err)
 		}
-		return []named{{key: httpapi.ScopedKey(scope, k.apiKey)}}, nil
+		return []named{{key: apigw.ScopedKey(scope, k.apiKey)}}, nil
 	default:
 		return r.keyOfBody(k.body, x, keyExpr)
 	}
@@ -319,20 +320,11 @@ func (r *runner) keyOfBody(file string, x *keyexpr.Extractor, keyExpr string) ([
 
 // scopeOf turns --caller into the scope the API adapter uses.
 func scopeOf(caller string) (string, error) {
-	kind, value, _ := strings.Cut(caller, ":")
-	switch {
-	case caller == "anonymous":
-		return caller, nil
-	case value == "":
-	case kind == "jwt", kind == "lambda", strings.HasPrefix(caller, `jwt@"`):
-		return caller, nil
-	case kind == "cognito" && strings.Contains(value, "/"):
-		pool, identity, _ := strings.Cut(value, "/")
-		return httpapi.CognitoScope(pool, identity), nil
-	case kind == "iam":
-		return "iam:" + httpapi.NormalizePrincipal(value), nil
+	scope, err := apigw.ParseScope(caller)
+	if err != nil {
+		return "", usagef("--caller %q: %v (the scope the API keys by)", caller, err)
 	}
-	return "", usagef(`--caller %q: want anonymous, jwt:SUB, jwt@"ISSUER":SUB, iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL (the scope the API keys by)`, caller)
+	return scope, nil
 }
 
 // printJSON writes v as indented JSON.

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/opsctl"
 	"github.com/oncely/oncely/keyexpr"
@@ -376,7 +377,7 @@ func TestReleaseIsIdempotent(t *testing.T) {
 func TestReleaseRemindsToResend(t *testing.T) {
 	f := minidynFixture(t)
 	f.seedIncident()
-	apiKey := httpapi.ScopedKey("anonymous", "order-7f3a9c21")
+	apiKey := apigw.ScopedKey("anonymous", "order-7f3a9c21")
 	f.write(apiKey, now.Add(-time.Minute), 30*time.Second, failWith("HTTP_422", "422 from downstream", false, 1))
 	keys := []string{"evt:order-1001:refund", "evt:order-1004:notify", "evt:order-1006:notify", apiKey}
 	out, _, code := f.run("", append([]string{"release", "--json", "--reason", "fixed"}, keys...)...)

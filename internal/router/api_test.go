@@ -6,9 +6,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/oncely/oncely/apigw"
+
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
 )
 
@@ -16,7 +17,7 @@ const clientKey = "8e03978e-40d5-43e8-bc93-6894a57f9324"
 
 // downKey is the key the downstream sees for clientKey sent by the caller
 // in testdata (JWT sub user-123): scoped, so callers never collide there.
-var downKey = httpapi.ScopedKey("jwt:user-123", clientKey)
+var downKey = apigw.ScopedKey("jwt:user-123", clientKey)
 
 var apiBody = `{"id":"release-42","action":"notify"}`
 
@@ -195,7 +196,7 @@ func TestAPICallerScope(t *testing.T) {
 	// The downstream sees three different keys: a de-duplicating webhook
 	// must not merge the callers.
 	for _, scope := range []string{"jwt:alice", "jwt:bob", "anonymous"} {
-		if n := h.down.Count(httpapi.ScopedKey(scope, clientKey)); n != 1 {
+		if n := h.down.Count(apigw.ScopedKey(scope, clientKey)); n != 1 {
 			t.Errorf("deliveries for %s's key %d; want 1", scope, n)
 		}
 	}
