@@ -24,6 +24,9 @@ func init() {
 		return e.(*Engine).run(ctx, req, work)
 	}
 	engineref.Wrap = func(e *idem.Engine) any { return &Engine{e: e} }
+	engineref.WithKey = func(ctx context.Context, key string) context.Context {
+		return context.WithValue(ctx, keyInContext{}, key)
+	}
 }
 
 // Defaults for [Options].
@@ -224,7 +227,7 @@ func (e *Engine) Run(ctx context.Context, req Request, work Work) Outcome {
 // package engineref).
 func (e *Engine) run(ctx context.Context, req idem.Request, work idem.Work) idem.Outcome {
 	return e.e.DoWork(ctx, req, func(ctx context.Context) ([]byte, idem.Effects, error) {
-		result, effects, err := work(context.WithValue(ctx, keyInContext{}, req.Key))
+		result, effects, err := work(engineref.WithKey(ctx, req.Key))
 		return result, effects, e.classified(err)
 	})
 }

@@ -18,9 +18,10 @@
 // two keys, and neither sees the other's response (see [Scope]). The
 // handler gets the scoped key with oncely.KeyFrom, to pass downstream.
 //
-// Which responses are stored is the status's choice ([StoreStatus]): 2xx
-// and 4xx are, but 408, 409, 425 and 429, which ask the client to retry;
-// those and 5xx are returned as they are, the key released. Failures
+// Which responses are stored is the status's choice ([StoreStatus]): 2xx,
+// 3xx and 4xx are, but 408, 409, 425 and 429, which ask the client to
+// retry; those and 5xx are returned as they are, the key released. A
+// response without a status is a 200. Failures
 // reported as errors are the engine's: mark them with oncely.Transient,
 // oncely.Permanent and friends. Every refusal and failure is an RFC 9457
 // problem document (application/problem+json) with a code and a fixed
@@ -77,18 +78,20 @@ type Options struct {
 	Store func(status int) bool
 	// OnReplay, if set, is called with every replayed response (a stored
 	// success or a stored failure) before it is returned: to add a header,
-	// or count a metric.
+	// or count a metric. Its ctx carries the scoped key (oncely.KeyFrom).
 	OnReplay func(ctx context.Context, req events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse)
 }
 
-// StoreStatus is the default rule of which responses are stored: 2xx and
-// 4xx, but 408 (Request Timeout), 409 (Conflict), 425 (Too Early) and 429
-// (Too Many Requests), which ask the client to retry, as every 5xx does.
+// StoreStatus is the default rule of which responses are stored: 2xx,
+// 3xx (a redirect after the side effect, such as 303 See Other, is its
+// answer) and 4xx, but 408 (Request Timeout), 409 (Conflict), 425 (Too
+// Early) and 429 (Too Many Requests), which ask the client to retry, as
+// every 5xx does.
 func StoreStatus(status int) bool {
 	switch {
 	case status == 408, status == 409, status == 425, status == 429:
 		return false
-	case status >= 200 && status < 300, status >= 400 && status < 500:
+	case status >= 200 && status < 500:
 		return true
 	}
 	return false
@@ -192,6 +195,9 @@ func (h *HandlerV2) Handle(ctx context.Context, req events.APIGatewayV2HTTPReque
 		if err != nil {
 			return nil, nil, err
 		}
+		if resp.StatusCode == 0 {
+			resp.StatusCode = 200 // as Lambda's proxy answers a response without one
+		}
 		if !h.o.Store(resp.StatusCode) {
 			unstored.Store(&resp)
 			// One run per request: the client decides when to retry.
@@ -226,7 +232,7 @@ func (h *HandlerV2) Handle(ctx context.Context, req events.APIGatewayV2HTTPReque
 	if out.Replayed {
 		resp.Headers[HeaderReplayed] = "true"
 		if h.o.OnReplay != nil {
-			h.o.OnReplay(ctx, req, &resp)
+			h.o.OnReplay(engineref.WithKey(ctx, r.Key), req, &resp)
 		}
 	}
 	return resp, res

@@ -23,3 +23,8 @@ var Run func(e any, ctx context.Context, req idem.Request, work idem.Work) idem.
 // with its test seams (the clock, the sleep, the jitter, the tokens),
 // without Options.Classify. Set by package oncely's init.
 var Wrap func(e *idem.Engine) any
+
+// WithKey returns ctx carrying key, as oncely.KeyFrom reads it (for
+// hooks that run outside the work, such as apigw's OnReplay). Set by
+// package oncely's init.
+var WithKey func(ctx context.Context, key string) context.Context

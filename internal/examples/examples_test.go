@@ -97,6 +97,7 @@ func TestTemplatesGrantWhatTheFunctionsCall(t *testing.T) {
 	}{
 		{"welcome", map[string][]string{"IdempotencyTable": dynamostore.RequiredIAMActions()}},
 		{"orders", map[string][]string{"IdempotencyTable": dynamostore.RequiredIAMActions(), "OrdersQueue": sqsbatch.RequiredIAMActions()}},
+		{"orders-api", map[string][]string{"IdempotencyTable": dynamostore.RequiredIAMActions()}},
 	} {
 		t.Run(tc.example, func(t *testing.T) {
 			path := filepath.Join(examplesDir, tc.example, "template.yaml")
@@ -254,9 +255,16 @@ func buildExample(t *testing.T, name string) string {
 // stops (and shows its output if the test failed) when the test ends.
 func startExample(t *testing.T, name, ddb string, env ...string) *rie.Emulator {
 	t.Helper()
-	emulator := requireEmulator(t)
-	bootstrap := buildExample(t, name)
-	emu, err := rie.Start(rie.Options{RIE: emulator, Bootstrap: bootstrap, Env: append([]string{
+	requireEmulator(t)
+	return startBootstrap(t, name, buildExample(t, name), ddb, env...)
+}
+
+// startBootstrap starts an example's built bootstrap under an emulator of
+// its own, as startExample does: two emulators of one bootstrap are two
+// execution environments of one function.
+func startBootstrap(t *testing.T, name, bootstrap, ddb string, env ...string) *rie.Emulator {
+	t.Helper()
+	emu, err := rie.Start(rie.Options{RIE: requireEmulator(t), Bootstrap: bootstrap, Env: append([]string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_ENDPOINT_URL_DYNAMODB=" + ddb, "AWS_LAMBDA_FUNCTION_NAME=" + name,
