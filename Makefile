@@ -48,7 +48,7 @@ test: fmt-check vet tools
 	# the same bodies' allocations through the SQS adapter (fingerprint and key decode), also without -race; built
 	# as the e2e tests build the bootstrap (CGO_ENABLED=0, lambda.norpc) so that it reuses their compiled packages
 	# (6 s instead of 32 s after a cold make test here)
-	CGO_ENABLED=0 $(GO) test -tags lambda.norpc -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./internal/queue/
+	CGO_ENABLED=0 $(GO) test -tags lambda.norpc -count=1 -run 'TestWorstCaseBodiesAllocateLittleThroughTheAdapter' ./sqsbatch/
 	@[ -n "$(IS_ROOT)" ] || echo "note: TestE2EManagedInstances was skipped: the emulator's managed-instances mode needs root (docs/local.md)"
 
 ## examples: the examples module (examples/, a module of its own): templates linted, functions driven under the emulator (queue consumers through moto's SQS)
@@ -133,7 +133,7 @@ bench:
 	# section 7: the fingerprint alone and through the SQS adapter, one run of each in turn, so that both see the
 	# same load (the report divides one by the other)
 	$(GO) test -c -o $(BENCH_DIR)/canonjson.test ./internal/canonjson/
-	$(GO) test -c -o $(BENCH_DIR)/sqsbatch.test ./internal/queue/
+	$(GO) test -c -o $(BENCH_DIR)/sqsbatch.test ./sqsbatch/
 	rm -f $(BENCH_DIR)/worstcase-after.txt $(BENCH_DIR)/worstcase-adapter-after.txt
 	for run in 1 2 3 4 5; do \
 		$(BENCH_DIR)/canonjson.test -test.run '^$$' -test.bench 'WorstCase/after' -test.benchmem -test.benchtime 20x | tee -a $(BENCH_DIR)/worstcase-after.txt; \

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -41,7 +42,11 @@ func JSON[E any](key func(E) (string, error)) Decoder[E] {
 		}
 		k, err := key(ev)
 		if err != nil {
-			return oncely.Request{}, ev, &oncely.Error{Code: oncely.CodeInvalidKey, Message: "the key function refused the event: " + err.Error(), Err: err}
+			why := err.Error()
+			if e, ok := errors.AsType[*oncely.Error](err); ok {
+				why = e.Message // its code is said once, by the note's own
+			}
+			return oncely.Request{}, ev, &oncely.Error{Code: oncely.CodeInvalidKey, Message: "the key function refused the event: " + why, Err: err}
 		}
 		req, err := oncely.NewRequest(k, body)
 		return req, ev, err
@@ -64,7 +69,11 @@ func decodeError(err error, ev any) string {
 		if te.Field != "" {
 			where = "member " + te.Field
 		}
-		return fmt.Sprintf("%s is a JSON %s; %s wants %s", where, te.Value, name, te.Type)
+		// Value is the JSON type, but for a number that does not fit (or a
+		// map key that is not one) encoding/json appends the literal from
+		// the body: only the type is said.
+		kind, _, _ := strings.Cut(te.Value, " ")
+		return fmt.Sprintf("%s is a JSON %s; %s wants %s", where, kind, name, te.Type)
 	}
 	return "the body does not decode into " + name
 }

@@ -807,7 +807,7 @@ func report(stdout io.Writer, path string, figs []figure, goBench, profile strin
 	fmt.Fprintf(&md, "\nCommands: `go test -run '^$' -bench . -benchmem -count 6 ./internal/idem/` (section 2, its raw output is below, in benchstat format); "+
 		"`go test -run '^$' -bench 'WorstCase/after' -benchmem -benchtime 20x -count 5 ./internal/canonjson/` and "+
 		"`go test -run '^$' -bench 'WorstCase/before' -benchmem -benchtime 1x -count 3 ./internal/canonjson/` and "+
-		"`go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/queue/` (after, each run in turn with one of the fingerprint's; before: `-benchtime 1x -count 3` at `WORSTCASE_BASE`, with this tree's benchmark file, as `make bench` does) (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
+		"`go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./sqsbatch/` (after, each run in turn with one of the fingerprint's; before: `-benchtime 1x -count 3` at `WORSTCASE_BASE`, with this tree's benchmark file, as `make bench` does) (section 7); `go run ./cmd/bench` under `tools/with-moto.sh` (the rest).\n")
 	if x.worstTable != "" {
 		fmt.Fprintf(&md, "\n### 7. Worst-case bodies, before and after\n\nEach shape is a hostile body of about 1 MiB (`internal/testing/worstcase`), fingerprinted: canonical JSON written into SHA-256. "+
 			"*Before* is the implementation canonjson had until issue 18 (kept as the test oracle), *after* the linear one. CPU time is the process's (getrusage), "+

@@ -108,7 +108,7 @@ func worstCaseFigures(afterPath, beforePath, adapterAfterPath, adapterBeforePath
 	if err != nil {
 		return nil, "", err
 	}
-	md.WriteString("\nThrough the SQS adapter (`BenchmarkWorstCaseAdapter` in `internal/queue`): one record of the shape per batch through `Handler.Handle`, " +
+	md.WriteString("\nThrough the SQS adapter (`BenchmarkWorstCaseAdapter` in `sqsbatch`): one record of the shape per batch through `Handler.Handle`, " +
 		"with the default key expression, as the queue function runs it: the fingerprint, the key expression's decode and the poison note (KEY_MISSING: no shape has an id and an action). " +
 		"*Before* is the adapter at the commit before issue 29 (the whole body decoded for the key expression), *after* the planned decode. " +
 		"The last column is the adapter's CPU over the fingerprint's (the first table's *after*); the note's SHA-256 of the body (about 0.8 ms per MiB here) is part of it.\n\n")
@@ -126,7 +126,7 @@ func worstCaseFigures(afterPath, beforePath, adapterAfterPath, adapterBeforePath
 		figs = append(figs, figure{adapterSection, name,
 			fmt.Sprintf("%.1f ms CPU (%.1f–%.1f), %.1f× the fingerprint's, %s allocated; before: %.0f ms, %s", ac.med/1e6, ac.min/1e6, ac.max/1e6, ratio, bytesText(ab.med), bc.med/1e6, bytesText(bb.med)),
 			fmt.Sprintf("≤ %.0f× the fingerprint's CPU, ≤ %d× the body", adapterCPUTarget, adapterAllocTarget), verdict(ok),
-			fmt.Sprintf("go test -bench WorstCaseAdapter (internal/queue): CPU time per record through Handler.Handle (getrusage), median (min–max) of %d runs after and %d before (at the commit before issue 29); bytes allocated per record", len(a["cpu-ns/op"]), len(b["cpu-ns/op"]))})
+			fmt.Sprintf("go test -bench WorstCaseAdapter (sqsbatch): CPU time per record through Handler.Handle (getrusage), median (min–max) of %d runs after and %d before (at the commit before issue 29); bytes allocated per record", len(a["cpu-ns/op"]), len(b["cpu-ns/op"]))})
 		fmt.Fprintf(&md, "| %s | %.0f ms | %s | %.1f ms | %s | %.1f ms | %.1f× |\n", name, bc.med/1e6, bytesText(bb.med), ac.med/1e6, bytesText(ab.med), stats(a["ns/op"]).med/1e6, ratio)
 	}
 	return figs, md.String(), nil

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package queue_test
+package sqsbatch_test
 
 import "time"
 

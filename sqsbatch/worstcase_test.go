@@ -1,39 +1,30 @@
-package queue_test
+package sqsbatch_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"runtime"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncely/oncely"
-	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
-	"github.com/oncely/oncely/internal/queue"
-	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/worstcase"
 	"github.com/oncely/oncely/keyexpr"
+	"github.com/oncely/oncely/oncelytest"
 	"github.com/oncely/oncely/sqsbatch"
 )
 
-// This file is self-contained (it uses the adapter's public API only), so
-// that make bench can run its benchmark on the commit before issue 29 for
-// section 7's "before" column.
-
-// worstCaseHandler is the adapter as the function wires it for the queue,
-// with the default key expression, over the in-memory store, logging
-// nowhere. Its body limit is above 1 MiB because the shapes are "about"
-// 1 MiB: the decode is what is measured, not the size check.
-func worstCaseHandler(tb testing.TB) *queue.Handler {
+// worstCaseHandler is the adapter with the Expr decoder and the default
+// key expression, over the in-memory store, logging nowhere. Its body
+// limit is above 1 MiB because the shapes are "about" 1 MiB: the decode is
+// what is measured, not the size check.
+func worstCaseHandler(tb testing.TB) *sqsbatch.Handler[json.RawMessage] {
 	tb.Helper()
-	store := memstore.New()
-	logger := slog.New(slog.DiscardHandler)
-	engine, err := idem.New(idem.Options{Store: store, Lease: time.Minute, Logger: logger})
+	engine, err := oncely.New(oncelytest.NewStore(), oncely.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -41,8 +32,9 @@ func worstCaseHandler(tb testing.TB) *queue.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil },
-		sqsbatch.Options{Poison: store, MaxBodyBytes: 2 << 20})
+	h, err := sqsbatch.New(engine, sqsbatch.Expr(keys), func(context.Context, json.RawMessage) ([]byte, oncely.Effects, error) {
+		return nil, nil, nil
+	}, sqsbatch.Options{MaxBodyBytes: 2 << 20})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -51,16 +43,15 @@ func worstCaseHandler(tb testing.TB) *queue.Handler {
 
 // worstCaseEvent is a batch of one record whose body is body.
 func worstCaseEvent(id int, body string) events.SQSEvent {
-	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-" + strconv.Itoa(id), Body: body,
-		EventSourceARN: "arn:aws:sqs:eu-west-1:123456789012:events"}}}
+	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-" + strconv.Itoa(id), Body: body, EventSourceARN: arn}}}
 }
 
 // wantWorstCaseCode is what the adapter must note about a shape: none of
 // them has an id and an action (KEY_MISSING), and the one nested past the
 // fingerprint's limit is refused before its key is read (INVALID_PAYLOAD).
-func wantWorstCaseCode(s worstcase.Shape) idem.Code {
+func wantWorstCaseCode(s worstcase.Shape) oncely.Code {
 	if s.Deep {
-		return idem.CodeInvalidPayload
+		return oncely.CodeInvalidPayload
 	}
 	return idem.CodeKeyMissing
 }
@@ -68,16 +59,15 @@ func wantWorstCaseCode(s worstcase.Shape) idem.Code {
 // TestWorstCaseBodiesAllocateLittleThroughTheAdapter sends a 1 MiB body of
 // every worst-case shape (package worstcase) through Handler.Handle and
 // checks its poison note's code and the bytes allocated
-// (runtime.MemStats.TotalAlloc before and after): at most 4 times the body,
-// fingerprint and key decode included, plus 64 KiB for the fixed parts
-// (the batch, the engine, the note). Before issue 29 the key expression's
-// decode built the whole document: 56 MiB for 1 MiB of [0,0,...].
+// (runtime.MemStats.TotalAlloc before and after): at most 4 times the
+// body, fingerprint and key decode included, plus 64 KiB for the fixed
+// parts (the batch, the engine, the note). The record path copies no body.
 //
 // The race detector changes what escapes to the heap, so the test skips
-// under it; make test runs it without.
+// under it.
 func TestWorstCaseBodiesAllocateLittleThroughTheAdapter(t *testing.T) {
 	if raceEnabled {
-		t.Skip("allocations are measured without -race (make test runs this test so)")
+		t.Skip("allocations are measured without -race")
 	}
 	const limit = 4*worstcase.Size + 64<<10
 	h := worstCaseHandler(t)
@@ -93,7 +83,7 @@ func TestWorstCaseBodiesAllocateLittleThroughTheAdapter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
 		}
-		if got, want := results[0].Code, wantWorstCaseCode(s); got != want || results[0].Label != idem.LabelPoison {
+		if got, want := results[0].Code, wantWorstCaseCode(s); got != want || results[0].Label != "poison" {
 			t.Errorf("%s: got %s (%s); want a poison note with %s", s.Name, got, results[0].Label, want)
 		}
 		if alloc > limit {
@@ -105,12 +95,10 @@ func TestWorstCaseBodiesAllocateLittleThroughTheAdapter(t *testing.T) {
 
 // BenchmarkWorstCaseAdapter sends a 1 MiB body of each worst-case shape
 // through Handler.Handle, one record per batch: the fingerprint, the key
-// expression's decode and the poison note, as the queue function does them.
-// canonjson's BenchmarkWorstCase measures the fingerprint alone, on the
-// same shapes. Besides the wall time it reports the process's CPU time per
-// record (cpu-ns/op). make bench puts the figures in BENCHMARKS.md:
+// expression's decode and the poison note. Besides the wall time it
+// reports the process's CPU time per record (cpu-ns/op):
 //
-//	go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./internal/queue/
+//	go test -run '^$' -bench 'WorstCaseAdapter' -benchmem -benchtime 20x -count 5 ./sqsbatch/
 func BenchmarkWorstCaseAdapter(b *testing.B) {
 	h := worstCaseHandler(b)
 	for _, s := range worstcase.Shapes {

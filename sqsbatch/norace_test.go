@@ -1,5 +1,5 @@
 //go:build !race
 
-package queue_test
+package sqsbatch_test
 
 const raceEnabled = false
