@@ -13,7 +13,8 @@ import (
 const MaxAudit = 2048
 
 // Refusals of an operator's change. They describe the record as the caller
-// read it; the store re-checks the same rule in its conditional write.
+// read it; the store re-checks the same rule in its conditional write (see
+// Operator).
 var (
 	// ErrLeaseLive: the record is IN_PROGRESS and its lease has not ended:
 	// an owner may still be running the action.
@@ -131,6 +132,20 @@ func Released(r Record, rel Release) Record {
 	}
 }
 
+// StillAsRead reports whether stored is still the record an operator read
+// as read, as far as an Operator compares them (see Operator): the same
+// token, status and attempts, and, of a FAILED record, the same error code
+// and retryable flag, the fields of a failure that Releasable and
+// Forgettable judge. A store that compares in its own query language (a
+// condition expression) states exactly these fields.
+func StillAsRead(read, stored Record) bool {
+	same := stored.Token == read.Token && stored.Status == read.Status && stored.Attempts == read.Attempts
+	if read.Status == StatusFailed {
+		same = same && stored.ErrorCode == read.ErrorCode && stored.Retryable == read.Retryable
+	}
+	return same
+}
+
 // ReleasedBy reports whether r is the record a release with token wrote:
 // how a store recognises a re-sent Release (see Operator).
 func ReleasedBy(r Record, token string) bool {
@@ -154,12 +169,18 @@ type Forget struct {
 // conformance suite (storetest.RunOperatorTests) checks it.
 //
 // Both methods are a compare-and-swap on what the operator saw: they act
-// only if the stored record still has prev's token, status and attempts
-// and is unexpired at the request's Now, and they re-check the rule
-// (Releasable, Forgettable) against the stored values. Otherwise they write
-// nothing and return the record they found (a zero Record if there is none
-// or it has expired) with ok false. Of a release racing a take-over of the
-// same record, exactly one succeeds.
+// only if the stored record is still prev as StillAsRead compares them
+// (its token, status and attempts, and of a FAILED record its error code
+// and retryable flag) and is unexpired at the request's Now, and if the
+// rule (Releasable, Forgettable) allows it on the stored values: an
+// IN_PROGRESS record's stored lease is judged at Now, and a FAILED one's
+// stored error code is the one the rule judged in prev. Checking the rule
+// on prev alone is not enough: a failure rewritten under the same token
+// between the operator's read and the write (OUTCOME_UNKNOWN over a
+// retryable failure) would be released as the failure that was read.
+// Otherwise they write nothing and return the record they found (a zero
+// Record if there is none or it has expired) with ok false. Of a release
+// racing a take-over of the same record, exactly one succeeds.
 //
 // A write whose reply was lost is sent again (by the SDK, or by the
 // operator), and its compare-and-swap then fails against its own write. So

@@ -127,3 +127,38 @@ func TestReleasedRecord(t *testing.T) {
 		t.Errorf("released message is %d bytes, want at most 1024", n)
 	}
 }
+
+// TestStillAsReadComparesWhatTheRuleJudged: an operator's compare-and-swap
+// covers the token, status and attempts, and of a failure the code and
+// retryable flag that Releasable and Forgettable read; nothing else.
+func TestStillAsReadComparesWhatTheRuleJudged(t *testing.T) {
+	read := idem.Record{Key: "k", Status: idem.StatusFailed, Token: "tok", Attempts: 2, ErrorCode: idem.CodeTransientFailure, ErrorMessage: "timed out", Retryable: true}
+	tests := []struct {
+		name   string
+		change func(*idem.Record)
+		same   bool
+	}{
+		{"unchanged", func(*idem.Record) {}, true},
+		{"another message", func(r *idem.Record) { r.ErrorMessage = "reworded" }, true},
+		{"another audit", func(r *idem.Record) { r.Audit = "[]" }, true},
+		{"another token", func(r *idem.Record) { r.Token = "other" }, false},
+		{"another status", func(r *idem.Record) { r.Status = idem.StatusInProgress }, false},
+		{"other attempts", func(r *idem.Record) { r.Attempts++ }, false},
+		{"another code", func(r *idem.Record) { r.ErrorCode = idem.CodeOutcomeUnknown }, false},
+		{"not retryable", func(r *idem.Record) { r.Retryable = false }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stored := read
+			tt.change(&stored)
+			if got := idem.StillAsRead(read, stored); got != tt.same {
+				t.Errorf("StillAsRead = %v, want %v", got, tt.same)
+			}
+		})
+	}
+	// A record that is not FAILED has no failure fields to judge.
+	live := idem.Record{Status: idem.StatusInProgress, Token: "tok", Attempts: 1}
+	if stored := live; !idem.StillAsRead(live, stored) {
+		t.Error("StillAsRead(IN_PROGRESS, itself) = false, want true")
+	}
+}

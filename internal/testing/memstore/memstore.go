@@ -113,7 +113,7 @@ func (s *Store) swappable(prev idem.Record, now time.Time) (idem.Record, bool) {
 	if !ok || old.Expired(now) {
 		return idem.Record{}, false
 	}
-	return old, old.Token == prev.Token && old.Status == prev.Status && old.Attempts == prev.Attempts
+	return old, idem.StillAsRead(prev, old)
 }
 
 // Complete implements idem.Store.
