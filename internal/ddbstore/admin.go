@@ -182,7 +182,7 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	if len(r.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a record holds at most %d", len(r.Audit), idem.MaxAudit))
 	}
-	if idem.Releasable(prev, r.Now, r.Force) != nil {
+	if idem.Releasable(prev, r) != nil {
 		rec, err := a.current(ctx, prev.Key, r.Now)
 		return rec, false, err
 	}
@@ -264,7 +264,7 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if len(f.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a note holds at most %d", len(f.Audit), idem.MaxAudit))
 	}
-	if idem.Forgettable(prev, f.Now, f.RerunSucceeded) != nil {
+	if idem.Forgettable(prev, f) != nil {
 		rec, err := a.current(ctx, prev.Key, f.Now)
 		return rec, false, err
 	}

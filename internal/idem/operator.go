@@ -34,57 +34,61 @@ var (
 	// ErrOutcomeUnknown: the record is FAILED with CodeOutcomeUnknown: its
 	// action sent a side effect and never learnt whether it happened.
 	// Releasing or forgetting it lets the next delivery send it again,
-	// perhaps a second time; Release.Force or Forget.RerunSucceeded is the
-	// operator's consent to that.
+	// perhaps a second time; Release.MayRepeatSideEffect or
+	// Forget.MayRepeatSideEffect is the operator's consent to that, and no
+	// other consent is (Force takes a live lease, RerunSucceeded re-runs a
+	// success: neither says the operator knows this outcome is unknown).
 	ErrOutcomeUnknown = errors.New("the record's outcome is unknown: its action may have had its side effect")
 )
 
-// Releasable reports whether an operator may release r at now, or why not
-// (an error matching ErrNotReleasable, ErrAlreadyReleased, ErrLeaseLive or
-// ErrOutcomeUnknown). A FAILED record may be released (permanent,
+// Releasable reports whether an operator may release r at rel.Now, or why
+// not (an error matching ErrNotReleasable, ErrAlreadyReleased, ErrLeaseLive
+// or ErrOutcomeUnknown). A FAILED record may be released (permanent,
 // exhausted, or retryable with its attempts reset) unless it is released
 // already, so that a release is idempotent, and unless its outcome is
-// unknown, which needs force (its side effect may have happened, and may
-// then happen twice); an IN_PROGRESS one once its lease has ended, or with
-// force while it is live (the owner, if still running, is then fenced off,
-// and its side effect may happen twice). A SUCCEEDED record never.
-func Releasable(r Record, now time.Time, force bool) error {
+// unknown, which needs rel.MayRepeatSideEffect (its side effect may have
+// happened, and may then happen twice); an IN_PROGRESS one once its lease
+// has ended, or with rel.Force while it is live (the owner, if still
+// running, is then fenced off, and its side effect may happen twice). A
+// SUCCEEDED record never.
+func Releasable(r Record, rel Release) error {
 	switch r.Status {
 	case StatusFailed:
 		switch {
 		case r.ErrorCode == CodeReleased:
 			return ErrAlreadyReleased
-		case r.ErrorCode == CodeOutcomeUnknown && !force:
+		case r.ErrorCode == CodeOutcomeUnknown && !rel.MayRepeatSideEffect:
 			return ErrOutcomeUnknown
 		}
 		return nil
 	case StatusInProgress:
-		if force || r.Claimable(now) {
+		if rel.Force || r.Claimable(rel.Now) {
 			return nil
 		}
-		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
+		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(rel.Now).Round(time.Millisecond))
 	case StatusSucceeded:
 		return ErrNotReleasable
 	}
 	return fmt.Errorf("the record has unknown status %q", r.Status)
 }
 
-// Forgettable reports whether an operator may delete r at now: any record
-// but an IN_PROGRESS one under a live lease (an error matching
+// Forgettable reports whether an operator may delete r at f.Now: any
+// record but an IN_PROGRESS one under a live lease (an error matching
 // ErrLeaseLive), whose owner would then complete into nothing while a
 // duplicate reserved the key afresh, and but a SUCCEEDED one unless
-// rerunSucceeded (an error matching ErrRerunsSuccess): the next delivery of
-// a forgotten event runs its action, so forgetting a success repeats its
-// side effect, which only the operator's named choice may do. The same
-// consent covers a FAILED record whose outcome is unknown (an error
-// matching ErrOutcomeUnknown): its action may have succeeded.
-func Forgettable(r Record, now time.Time, rerunSucceeded bool) error {
+// f.RerunSucceeded (an error matching ErrRerunsSuccess): the next delivery
+// of a forgotten event runs its action, so forgetting a success repeats
+// its side effect, which only the operator's named choice may do. A FAILED
+// record whose outcome is unknown needs its own named choice,
+// f.MayRepeatSideEffect (an error matching ErrOutcomeUnknown): its action
+// may have succeeded.
+func Forgettable(r Record, f Forget) error {
 	switch {
-	case r.Status == StatusInProgress && !r.Claimable(now):
-		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
-	case r.Status == StatusSucceeded && !rerunSucceeded:
+	case r.Status == StatusInProgress && !r.Claimable(f.Now):
+		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(f.Now).Round(time.Millisecond))
+	case r.Status == StatusSucceeded && !f.RerunSucceeded:
 		return ErrRerunsSuccess
-	case r.Status == StatusFailed && r.ErrorCode == CodeOutcomeUnknown && !rerunSucceeded:
+	case r.Status == StatusFailed && r.ErrorCode == CodeOutcomeUnknown && !f.MayRepeatSideEffect:
 		return ErrOutcomeUnknown
 	}
 	return nil
@@ -94,8 +98,12 @@ func Forgettable(r Record, now time.Time, rerunSucceeded bool) error {
 type Release struct {
 	Token string    // a fresh token: the previous owner, if still running, is fenced off
 	Now   time.Time // the operator's clock, which judges the lease and expiry
-	Force bool      // release although the side effect may happen twice: an IN_PROGRESS record whose lease is live, or a FAILED one whose outcome is unknown
+	Force bool      // release an IN_PROGRESS record whose lease is live: its owner is fenced off, and its side effect may happen twice
 	Audit string    // the record's audit after the release; at most MaxAudit bytes
+	// MayRepeatSideEffect consents to releasing a FAILED record whose
+	// outcome is unknown: its side effect may have happened, and the next
+	// delivery may then do it a second time (see Releasable).
+	MayRepeatSideEffect bool
 }
 
 // Released returns the record that releasing r writes: FAILED and
@@ -157,10 +165,13 @@ type Forget struct {
 	Token string    // names this forget, so that a re-send of it can find it (see Operator); empty: no re-send is recognised
 	Now   time.Time // the operator's clock, which judges the lease and expiry
 	Audit string    // who and why; a store may keep it in a note once the record is gone
-	// RerunSucceeded consents to forgetting a SUCCEEDED record, or a FAILED
-	// one whose outcome is unknown, whose next delivery then runs the action
-	// again (see Forgettable).
+	// RerunSucceeded consents to forgetting a SUCCEEDED record, whose next
+	// delivery then runs the action again (see Forgettable).
 	RerunSucceeded bool
+	// MayRepeatSideEffect consents to forgetting a FAILED record whose
+	// outcome is unknown: its side effect may have happened, and the next
+	// delivery may then do it a second time (see Forgettable).
+	MayRepeatSideEffect bool
 }
 
 // Operator is the part of a store that operators use to repair records

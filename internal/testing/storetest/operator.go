@@ -495,8 +495,9 @@ func testForgetSucceeded(t *testing.T, s OperatorStore) {
 }
 
 // testUnknownOutcome: an OUTCOME_UNKNOWN failure's action may have had its
-// side effect, so a release needs Force and a forget RerunSucceeded; each
-// refusal leaves the record as it was.
+// side effect, so a release or a forget needs MayRepeatSideEffect, and the
+// other consents (Force for a live lease, RerunSucceeded for a success) are
+// not it; each refusal leaves the record as it was.
 func testUnknownOutcome(t *testing.T, s OperatorStore) {
 	now := base()
 	r := reservation(t, uniqueKey(t), fpA, now)
@@ -508,18 +509,26 @@ func testUnknownOutcome(t *testing.T, s OperatorStore) {
 	}
 	prev := mustGet(t, s, r.Key, now)
 	if rec, ok, err := s.Release(context.Background(), prev, release(t, now)); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
-		t.Fatalf("Release of an OUTCOME_UNKNOWN record without Force = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record without consent = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
 	}
 	if rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why"}); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
 		t.Fatalf("Forget of an OUTCOME_UNKNOWN record without consent = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
+	}
+	forced := release(t, now)
+	forced.Force = true
+	if rec, ok, err := s.Release(context.Background(), prev, forced); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record with Force only = %s %s, ok %v, err %v; want refused (Force takes a live lease), the record returned", rec.Status, rec.ErrorCode, ok, err)
+	}
+	if rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why", RerunSucceeded: true}); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("Forget of an OUTCOME_UNKNOWN record with RerunSucceeded only = %s %s, ok %v, err %v; want refused (that consent re-runs a success), the record returned", rec.Status, rec.ErrorCode, ok, err)
 	}
 	if got := mustGet(t, s, r.Key, now); got.ErrorCode != idem.CodeOutcomeUnknown || got.Token != prev.Token {
 		t.Fatalf("the refusals changed the record: %s %s", got.Status, got.ErrorCode)
 	}
 	rel := release(t, now)
-	rel.Force = true
+	rel.MayRepeatSideEffect = true
 	if rec, ok, err := s.Release(context.Background(), prev, rel); err != nil || !ok || rec.ErrorCode != idem.CodeReleased {
-		t.Fatalf("Release of an OUTCOME_UNKNOWN record with Force = %s %s, ok %v, err %v; want released", rec.Status, rec.ErrorCode, ok, err)
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record with MayRepeatSideEffect = %s %s, ok %v, err %v; want released", rec.Status, rec.ErrorCode, ok, err)
 	}
 }
 
@@ -571,10 +580,10 @@ func testFailureRewritten(t *testing.T, s OperatorStore) {
 				)
 				if op == "release" {
 					rel := release(t, now)
-					rel.Force = tt.consent
+					rel.MayRepeatSideEffect = tt.consent
 					rec, ok, err = s.Release(context.Background(), read, rel)
 				} else {
-					rec, ok, err = s.Forget(context.Background(), read, idem.Forget{Token: token(t), Now: now, Audit: "why", RerunSucceeded: tt.consent})
+					rec, ok, err = s.Forget(context.Background(), read, idem.Forget{Token: token(t), Now: now, Audit: "why", MayRepeatSideEffect: tt.consent})
 				}
 				if err != nil || ok {
 					t.Fatalf("%s of %s (retryable %v) read as %s (retryable %v) = ok %v, err %v; want refused: %s",

@@ -90,6 +90,8 @@ var broken = map[string]struct {
 		mustFail: []string{"ForgetSucceededOnlyWithConsent"}},
 	"ignores-unknown-outcomes": {store: func() idem.Store { return ignoresUnknownOutcomes{memstore.New()} },
 		mustFail: []string{"UnknownOutcomeOnlyWithConsent"}},
+	"takes-other-consents": {store: func() idem.Store { return takesOtherConsents{memstore.New()} },
+		mustFail: []string{"UnknownOutcomeOnlyWithConsent"}},
 	"judges-the-copy": {store: func() idem.Store { return judgesTheCopy{memstore.New()} },
 		mustFail: rewrittenCases},
 }
@@ -556,12 +558,27 @@ func (s forgetsSuccesses) Forget(ctx context.Context, prev idem.Record, f idem.F
 type ignoresUnknownOutcomes struct{ *memstore.Store }
 
 func (s ignoresUnknownOutcomes) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
-	r.Force = r.Force || prev.ErrorCode == idem.CodeOutcomeUnknown
+	r.MayRepeatSideEffect = r.MayRepeatSideEffect || prev.ErrorCode == idem.CodeOutcomeUnknown
 	return s.Store.Release(ctx, prev, r)
 }
 
 func (s ignoresUnknownOutcomes) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
-	f.RerunSucceeded = f.RerunSucceeded || prev.ErrorCode == idem.CodeOutcomeUnknown
+	f.MayRepeatSideEffect = f.MayRepeatSideEffect || prev.ErrorCode == idem.CodeOutcomeUnknown
+	return s.Store.Forget(ctx, prev, f)
+}
+
+// takesOtherConsents takes Force (a live lease's) or RerunSucceeded (a
+// success's) as consent to repeat an OUTCOME_UNKNOWN failure's side effect,
+// as the stores did before that consent had its own name.
+type takesOtherConsents struct{ *memstore.Store }
+
+func (s takesOtherConsents) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	r.MayRepeatSideEffect = r.MayRepeatSideEffect || r.Force
+	return s.Store.Release(ctx, prev, r)
+}
+
+func (s takesOtherConsents) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	f.MayRepeatSideEffect = f.MayRepeatSideEffect || f.RerunSucceeded
 	return s.Store.Forget(ctx, prev, f)
 }
 
@@ -582,19 +599,19 @@ func (s judgesTheCopy) asStored(ctx context.Context, prev idem.Record, now time.
 }
 
 func (s judgesTheCopy) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
-	if prev.Status != idem.StatusFailed || idem.Releasable(prev, r.Now, r.Force) != nil {
+	if prev.Status != idem.StatusFailed || idem.Releasable(prev, r) != nil {
 		return s.Store.Release(ctx, prev, r)
 	}
 	// The copy passed; the stored failure is not judged again.
-	r.Force = true
+	r.MayRepeatSideEffect = true
 	return s.Store.Release(ctx, s.asStored(ctx, prev, r.Now), r)
 }
 
 func (s judgesTheCopy) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
-	if prev.Status != idem.StatusFailed || idem.Forgettable(prev, f.Now, f.RerunSucceeded) != nil {
+	if prev.Status != idem.StatusFailed || idem.Forgettable(prev, f) != nil {
 		return s.Store.Forget(ctx, prev, f)
 	}
-	f.RerunSucceeded = true
+	f.MayRepeatSideEffect = true
 	return s.Store.Forget(ctx, s.asStored(ctx, prev, f.Now), f)
 }
 
