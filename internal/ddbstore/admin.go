@@ -182,22 +182,23 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	if len(r.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a record holds at most %d", len(r.Audit), idem.MaxAudit))
 	}
-	if idem.Releasable(prev, r.Now, r.Force) != nil {
+	if idem.Releasable(prev, r) != nil {
 		rec, err := a.current(ctx, prev.Key, r.Now)
 		return rec, false, err
 	}
 	rec := idem.Released(prev, r)
 	item := a.item(rec)
-	// The same compare-and-swap as a take-over (token, status, attempts)
-	// with the release rule re-checked on the stored values: a live owner
-	// keeps its lease unless the operator forces it.
+	// The operator's compare-and-swap (token, status, attempts, and a
+	// failure's code and retryable flag) with the release rule re-checked
+	// on the stored values: a live owner keeps its lease unless the
+	// operator forces it.
 	states := map[string]types.AttributeValue{":failed": str(string(idem.StatusFailed)), ":in_progress": str(string(idem.StatusInProgress))}
-	swap := swapOn(prev, r.Now)
+	swap, names, leaseNames := operatorSwapOn(prev, r.Now)
 	if r.Force {
-		swap = swap.and("(#status = :failed OR #status = :in_progress)", swapNames, states)
+		swap = swap.and("(#status = :failed OR #status = :in_progress)", names, states)
 	} else {
 		states[":now_ms"] = ms(r.Now)
-		swap = swap.and("(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))", swapLeaseNames, states)
+		swap = swap.and("(#status = :failed OR (#status = :in_progress AND #lease_until <= :now_ms))", leaseNames, states)
 	}
 	_, err := a.client.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &a.table,
@@ -221,6 +222,27 @@ func (a *Admin) Release(ctx context.Context, prev idem.Record, r idem.Release) (
 	return cur, err == nil && idem.ReleasedBy(cur, r.Token), err
 }
 
+// operatorSwapOn is the compare-and-swap of an operator's write, the
+// condition form of idem.StillAsRead: swapOn (token, status, attempts,
+// unexpired) and, for a FAILED prev, the stored error code and retryable
+// flag are prev's. The rule was judged on prev (Releasable, Forgettable
+// read a failure's code); without these, a failure rewritten under the same
+// token since the read (OUTCOME_UNKNOWN over a retryable one) would be
+// released or forgotten by a judgement made on another code. A record that
+// is not FAILED has neither attribute, and DynamoDB refuses a name no
+// expression uses, so the names differ: names are those of the condition
+// and leaseNames those of it with #lease_until, for the caller's rule.
+func operatorSwapOn(prev idem.Record, now time.Time) (c condition, names, leaseNames map[string]string) {
+	c = swapOn(prev, now)
+	if prev.Status != idem.StatusFailed {
+		return c, swapNames, swapLeaseNames
+	}
+	return c.and("#error_code = :prev_code AND #retryable = :prev_retryable", failedSwapNames, map[string]types.AttributeValue{
+		":prev_code":      str(string(prev.ErrorCode)),
+		":prev_retryable": &types.AttributeValueMemberBOOL{Value: prev.Retryable},
+	}), failedSwapNames, failedSwapLeaseNames
+}
+
 // found decodes the item a failed condition returned, or reads the record
 // when the server left it out (minidyn does); expired counts as absent.
 func (a *Admin) found(ctx context.Context, item map[string]types.AttributeValue, key string, now time.Time) (idem.Record, error) {
@@ -242,11 +264,12 @@ func (a *Admin) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (id
 	if len(f.Audit) > idem.MaxAudit {
 		return idem.Record{}, false, idem.Permanent(fmt.Errorf("ddbstore: audit is %d bytes; a note holds at most %d", len(f.Audit), idem.MaxAudit))
 	}
-	if idem.Forgettable(prev, f.Now, f.RerunSucceeded) != nil {
+	if idem.Forgettable(prev, f) != nil {
 		rec, err := a.current(ctx, prev.Key, f.Now)
 		return rec, false, err
 	}
-	swap := swapOn(prev, f.Now).and("(#status <> :in_progress OR #lease_until <= :now_ms)", swapLeaseNames,
+	swap, _, leaseNames := operatorSwapOn(prev, f.Now)
+	swap = swap.and("(#status <> :in_progress OR #lease_until <= :now_ms)", leaseNames,
 		map[string]types.AttributeValue{":in_progress": str(string(idem.StatusInProgress)), ":now_ms": ms(f.Now)})
 	_, err := a.admin.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Delete: &types.Delete{

@@ -47,6 +47,10 @@ func names(attrs ...string) map[string]string {
 // swapAttrs are the attributes of swapOn's compare-and-swap.
 var swapAttrs = []string{AttrToken, AttrStatus, AttrAttempts, AttrExpiresAt}
 
+// failureRuleAttrs are the attributes of a FAILED record that the
+// operator's rules read (idem.StillAsRead), which operatorSwapOn adds.
+var failureRuleAttrs = []string{AttrErrorCode, AttrRetryable}
+
 // The expression names of each request. They are the same on every call,
 // so each map is built once, here, and then shared by every call at once
 // (under Lambda Managed Instances many invocations run concurrently in one
@@ -62,8 +66,12 @@ var (
 		AttrErrorCode, AttrErrorMsg, AttrRetryable, AttrTriage, AttrTriageSK, AttrHoldUntil)
 	swapNames      = names(swapAttrs...)
 	swapLeaseNames = names(slices.Concat(swapAttrs, []string{AttrLeaseUntil})...)
-	takeOverNames  = names(slices.Concat(swapAttrs, []string{AttrFingerprint, AttrLeaseUntil, AttrRetryable, AttrHoldUntil})...)
-	triageNames    = names(AttrTriage)
+	// An operator's compare-and-swap on a FAILED record also states the
+	// failure's fields (see operatorSwapOn).
+	failedSwapNames      = names(slices.Concat(swapAttrs, failureRuleAttrs)...)
+	failedSwapLeaseNames = names(slices.Concat(swapAttrs, failureRuleAttrs, []string{AttrLeaseUntil})...)
+	takeOverNames        = names(slices.Concat(swapAttrs, []string{AttrFingerprint, AttrLeaseUntil, AttrRetryable, AttrHoldUntil})...)
+	triageNames          = names(AttrTriage)
 )
 
 func n(v int64) types.AttributeValue {

@@ -13,7 +13,8 @@ import (
 const MaxAudit = 2048
 
 // Refusals of an operator's change. They describe the record as the caller
-// read it; the store re-checks the same rule in its conditional write.
+// read it; the store re-checks the same rule in its conditional write (see
+// Operator).
 var (
 	// ErrLeaseLive: the record is IN_PROGRESS and its lease has not ended:
 	// an owner may still be running the action.
@@ -33,57 +34,61 @@ var (
 	// ErrOutcomeUnknown: the record is FAILED with CodeOutcomeUnknown: its
 	// action sent a side effect and never learnt whether it happened.
 	// Releasing or forgetting it lets the next delivery send it again,
-	// perhaps a second time; Release.Force or Forget.RerunSucceeded is the
-	// operator's consent to that.
+	// perhaps a second time; Release.MayRepeatSideEffect or
+	// Forget.MayRepeatSideEffect is the operator's consent to that, and no
+	// other consent is (Force takes a live lease, RerunSucceeded re-runs a
+	// success: neither says the operator knows this outcome is unknown).
 	ErrOutcomeUnknown = errors.New("the record's outcome is unknown: its action may have had its side effect")
 )
 
-// Releasable reports whether an operator may release r at now, or why not
-// (an error matching ErrNotReleasable, ErrAlreadyReleased, ErrLeaseLive or
-// ErrOutcomeUnknown). A FAILED record may be released (permanent,
+// Releasable reports whether an operator may release r at rel.Now, or why
+// not (an error matching ErrNotReleasable, ErrAlreadyReleased, ErrLeaseLive
+// or ErrOutcomeUnknown). A FAILED record may be released (permanent,
 // exhausted, or retryable with its attempts reset) unless it is released
 // already, so that a release is idempotent, and unless its outcome is
-// unknown, which needs force (its side effect may have happened, and may
-// then happen twice); an IN_PROGRESS one once its lease has ended, or with
-// force while it is live (the owner, if still running, is then fenced off,
-// and its side effect may happen twice). A SUCCEEDED record never.
-func Releasable(r Record, now time.Time, force bool) error {
+// unknown, which needs rel.MayRepeatSideEffect (its side effect may have
+// happened, and may then happen twice); an IN_PROGRESS one once its lease
+// has ended, or with rel.Force while it is live (the owner, if still
+// running, is then fenced off, and its side effect may happen twice). A
+// SUCCEEDED record never.
+func Releasable(r Record, rel Release) error {
 	switch r.Status {
 	case StatusFailed:
 		switch {
 		case r.ErrorCode == CodeReleased:
 			return ErrAlreadyReleased
-		case r.ErrorCode == CodeOutcomeUnknown && !force:
+		case r.ErrorCode == CodeOutcomeUnknown && !rel.MayRepeatSideEffect:
 			return ErrOutcomeUnknown
 		}
 		return nil
 	case StatusInProgress:
-		if force || r.Claimable(now) {
+		if rel.Force || r.Claimable(rel.Now) {
 			return nil
 		}
-		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
+		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(rel.Now).Round(time.Millisecond))
 	case StatusSucceeded:
 		return ErrNotReleasable
 	}
 	return fmt.Errorf("the record has unknown status %q", r.Status)
 }
 
-// Forgettable reports whether an operator may delete r at now: any record
-// but an IN_PROGRESS one under a live lease (an error matching
+// Forgettable reports whether an operator may delete r at f.Now: any
+// record but an IN_PROGRESS one under a live lease (an error matching
 // ErrLeaseLive), whose owner would then complete into nothing while a
 // duplicate reserved the key afresh, and but a SUCCEEDED one unless
-// rerunSucceeded (an error matching ErrRerunsSuccess): the next delivery of
-// a forgotten event runs its action, so forgetting a success repeats its
-// side effect, which only the operator's named choice may do. The same
-// consent covers a FAILED record whose outcome is unknown (an error
-// matching ErrOutcomeUnknown): its action may have succeeded.
-func Forgettable(r Record, now time.Time, rerunSucceeded bool) error {
+// f.RerunSucceeded (an error matching ErrRerunsSuccess): the next delivery
+// of a forgotten event runs its action, so forgetting a success repeats
+// its side effect, which only the operator's named choice may do. A FAILED
+// record whose outcome is unknown needs its own named choice,
+// f.MayRepeatSideEffect (an error matching ErrOutcomeUnknown): its action
+// may have succeeded.
+func Forgettable(r Record, f Forget) error {
 	switch {
-	case r.Status == StatusInProgress && !r.Claimable(now):
-		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(now).Round(time.Millisecond))
-	case r.Status == StatusSucceeded && !rerunSucceeded:
+	case r.Status == StatusInProgress && !r.Claimable(f.Now):
+		return fmt.Errorf("%w (%v left)", ErrLeaseLive, r.LeaseUntil.Sub(f.Now).Round(time.Millisecond))
+	case r.Status == StatusSucceeded && !f.RerunSucceeded:
 		return ErrRerunsSuccess
-	case r.Status == StatusFailed && r.ErrorCode == CodeOutcomeUnknown && !rerunSucceeded:
+	case r.Status == StatusFailed && r.ErrorCode == CodeOutcomeUnknown && !f.MayRepeatSideEffect:
 		return ErrOutcomeUnknown
 	}
 	return nil
@@ -93,8 +98,12 @@ func Forgettable(r Record, now time.Time, rerunSucceeded bool) error {
 type Release struct {
 	Token string    // a fresh token: the previous owner, if still running, is fenced off
 	Now   time.Time // the operator's clock, which judges the lease and expiry
-	Force bool      // release although the side effect may happen twice: an IN_PROGRESS record whose lease is live, or a FAILED one whose outcome is unknown
+	Force bool      // release an IN_PROGRESS record whose lease is live: its owner is fenced off, and its side effect may happen twice
 	Audit string    // the record's audit after the release; at most MaxAudit bytes
+	// MayRepeatSideEffect consents to releasing a FAILED record whose
+	// outcome is unknown: its side effect may have happened, and the next
+	// delivery may then do it a second time (see Releasable).
+	MayRepeatSideEffect bool
 }
 
 // Released returns the record that releasing r writes: FAILED and
@@ -131,6 +140,20 @@ func Released(r Record, rel Release) Record {
 	}
 }
 
+// StillAsRead reports whether stored is still the record an operator read
+// as read, as far as an Operator compares them (see Operator): the same
+// token, status and attempts, and, of a FAILED record, the same error code
+// and retryable flag, the fields of a failure that Releasable and
+// Forgettable judge. A store that compares in its own query language (a
+// condition expression) states exactly these fields.
+func StillAsRead(read, stored Record) bool {
+	same := stored.Token == read.Token && stored.Status == read.Status && stored.Attempts == read.Attempts
+	if read.Status == StatusFailed {
+		same = same && stored.ErrorCode == read.ErrorCode && stored.Retryable == read.Retryable
+	}
+	return same
+}
+
 // ReleasedBy reports whether r is the record a release with token wrote:
 // how a store recognises a re-sent Release (see Operator).
 func ReleasedBy(r Record, token string) bool {
@@ -142,10 +165,13 @@ type Forget struct {
 	Token string    // names this forget, so that a re-send of it can find it (see Operator); empty: no re-send is recognised
 	Now   time.Time // the operator's clock, which judges the lease and expiry
 	Audit string    // who and why; a store may keep it in a note once the record is gone
-	// RerunSucceeded consents to forgetting a SUCCEEDED record, or a FAILED
-	// one whose outcome is unknown, whose next delivery then runs the action
-	// again (see Forgettable).
+	// RerunSucceeded consents to forgetting a SUCCEEDED record, whose next
+	// delivery then runs the action again (see Forgettable).
 	RerunSucceeded bool
+	// MayRepeatSideEffect consents to forgetting a FAILED record whose
+	// outcome is unknown: its side effect may have happened, and the next
+	// delivery may then do it a second time (see Forgettable).
+	MayRepeatSideEffect bool
 }
 
 // Operator is the part of a store that operators use to repair records
@@ -154,12 +180,18 @@ type Forget struct {
 // conformance suite (storetest.RunOperatorTests) checks it.
 //
 // Both methods are a compare-and-swap on what the operator saw: they act
-// only if the stored record still has prev's token, status and attempts
-// and is unexpired at the request's Now, and they re-check the rule
-// (Releasable, Forgettable) against the stored values. Otherwise they write
-// nothing and return the record they found (a zero Record if there is none
-// or it has expired) with ok false. Of a release racing a take-over of the
-// same record, exactly one succeeds.
+// only if the stored record is still prev as StillAsRead compares them
+// (its token, status and attempts, and of a FAILED record its error code
+// and retryable flag) and is unexpired at the request's Now, and if the
+// rule (Releasable, Forgettable) allows it on the stored values: an
+// IN_PROGRESS record's stored lease is judged at Now, and a FAILED one's
+// stored error code is the one the rule judged in prev. Checking the rule
+// on prev alone is not enough: a failure rewritten under the same token
+// between the operator's read and the write (OUTCOME_UNKNOWN over a
+// retryable failure) would be released as the failure that was read.
+// Otherwise they write nothing and return the record they found (a zero
+// Record if there is none or it has expired) with ok false. Of a release
+// racing a take-over of the same record, exactly one succeeds.
 //
 // A write whose reply was lost is sent again (by the SDK, or by the
 // operator), and its compare-and-swap then fails against its own write. So

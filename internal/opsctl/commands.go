@@ -514,36 +514,52 @@ type writeFlags struct {
 	reason, token  string
 	force          bool
 	rerunSucceeded bool
+	mayRepeat      bool // --may-repeat-side-effect
 	dryRun, stdin  bool
 }
 
+// flagMayRepeat consents to releasing or forgetting an OUTCOME_UNKNOWN
+// failure, named for what it risks.
+const flagMayRepeat = "may-repeat-side-effect"
+
 func (w *writeFlags) register(fs *flag.FlagSet, release bool) {
 	w.keyFlags.register(fs)
-	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget and --force, but for a dry run)")
+	fs.StringVar(&w.reason, "reason", "", "why: kept in the record's audit and logged (required for forget, --force and --"+flagMayRepeat+", but for a dry run)")
 	fs.StringVar(&w.token, "token", "", "the token you saw (get prints it): refuse if the record changed hands since")
 	fs.BoolVar(&w.dryRun, "dry-run", false, "say what would be done, write nothing")
 	fs.BoolVar(&w.stdin, "stdin", false, "take the records from list --json (or get --json) on stdin, refusing any that changed since")
+	verb := "forget"
 	if release {
-		fs.BoolVar(&w.force, "force", false, "release although the side effect may happen twice (needs --reason): an IN_PROGRESS record whose lease is live (its owner's completion is then refused), or an OUTCOME_UNKNOWN failure (its side effect may have happened)")
+		verb = "release"
+		fs.BoolVar(&w.force, "force", false, "release an IN_PROGRESS record whose lease is live (needs --reason): its owner's completion is then refused, and its side effect may happen twice")
 	} else {
-		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED and OUTCOME_UNKNOWN records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
+		fs.BoolVar(&w.rerunSucceeded, "rerun-succeeded", false, "forget SUCCEEDED records too: the next delivery of each runs its action again, a second side effect (without it, they are refused)")
 	}
+	fs.BoolVar(&w.mayRepeat, flagMayRepeat, false, verb+" OUTCOME_UNKNOWN failures too (needs --reason): each sent its side effect and never learnt whether it happened, so the next delivery may do it a second time; check the downstream first (without it, they are refused)")
 }
 
 // op names the write for the audit and the log (release, release --force,
-// forget), refusing a forget or a forced release without a reason.
+// release --may-repeat-side-effect, forget), refusing a forget, a forced
+// release or a consent to repeat a side effect without a reason.
 func (w *writeFlags) op(release bool) (string, error) {
 	switch {
 	case !release && !w.dryRun && strings.TrimSpace(w.reason) == "":
 		return "", usagef("forget needs --reason: it is kept in a note with who deleted the record (a --dry-run does not need one)")
 	case w.force && !w.dryRun && strings.TrimSpace(w.reason) == "":
 		return "", usagef("--force needs --reason: the side effect of what it releases may then happen twice")
+	case w.mayRepeat && !w.dryRun && strings.TrimSpace(w.reason) == "":
+		return "", usagef("--%s needs --reason: the side effect of what it releases may then happen twice", flagMayRepeat)
 	case !release:
 		return "forget", nil
-	case w.force:
-		return "release --force", nil
 	}
-	return "release", nil
+	op := "release"
+	if w.force {
+		op += " --force"
+	}
+	if w.mayRepeat {
+		op += " --" + flagMayRepeat
+	}
+	return op, nil
 }
 
 // targets are the records a write names, each with what the operator saw
@@ -787,11 +803,11 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 		res.Outcome, res.Detail = "refused", why+"; read it again (get, or list --json) and decide again"
 		return res, nil
 	}
-	rule := idem.Forgettable(cur, now, w.rerunSucceeded)
+	rule := idem.Forgettable(cur, idem.Forget{Now: now, RerunSucceeded: w.rerunSucceeded, MayRepeatSideEffect: w.mayRepeat})
 	if release {
-		rule = idem.Releasable(cur, now, w.force)
+		rule = idem.Releasable(cur, idem.Release{Now: now, Force: w.force, MayRepeatSideEffect: w.mayRepeat})
 	}
-	if refused(&res, rule, release, cur) {
+	if refused(&res, rule, w, release, cur) {
 		return res, nil
 	}
 	again := ""
@@ -822,7 +838,9 @@ func (r *runner) writeOne(ctx context.Context, t target, w writeFlags, op, by st
 
 // refused fills in res when the rule (cur.Releasable or cur.Forgettable)
 // refuses the write, or finds it done already, and reports whether it did.
-func refused(res *ResultView, rule error, release bool, cur idem.Record) bool {
+// A refusal names the flag that consents to it, and says so when another
+// consent was given instead.
+func refused(res *ResultView, rule error, w writeFlags, release bool, cur idem.Record) bool {
 	switch {
 	case rule == nil:
 		return false
@@ -832,10 +850,18 @@ func refused(res *ResultView, rule error, release bool, cur idem.Record) bool {
 		res.Outcome, res.Detail = "refused", rule.Error()+": an owner may still be running the action; wait for the lease to end"
 	case errors.Is(rule, idem.ErrNotReleasable):
 		res.Outcome, res.Detail = "refused", rule.Error()+": its action ran, and release never runs it again; forget --rerun-succeeded deletes the record so that its next delivery runs the action a second time"
-	case errors.Is(rule, idem.ErrOutcomeUnknown) && release:
-		res.Outcome, res.Detail = "refused", "OUTCOME_UNKNOWN: its action sent the side effect and never learnt whether it happened; releasing it lets the next delivery send it again, perhaps a second time: check the downstream first, then add --force --reason to do that on purpose"
 	case errors.Is(rule, idem.ErrOutcomeUnknown):
-		res.Outcome, res.Detail = "refused", "OUTCOME_UNKNOWN: its action sent the side effect and never learnt whether it happened; forgetting it lets the next delivery send it again, perhaps a second time: check the downstream first, then add --rerun-succeeded to do that on purpose"
+		verb, other := "forgetting", ""
+		switch {
+		case release && w.force:
+			verb, other = "releasing", "; --force takes a live lease and is no consent to this"
+		case release:
+			verb = "releasing"
+		case w.rerunSucceeded:
+			other = "; --rerun-succeeded re-runs a SUCCEEDED record and is no consent to this"
+		}
+		res.Outcome, res.Detail = "refused", "OUTCOME_UNKNOWN: its action sent the side effect and never learnt whether it happened; "+verb+
+			" it lets the next delivery send it again, perhaps a second time"+other+": check the downstream first, then add --"+flagMayRepeat+" --reason to do that on purpose"
 	case errors.Is(rule, idem.ErrRerunsSuccess):
 		res.Outcome, res.Detail = "refused", "SUCCEEDED: its action ran; forgetting it lets its next delivery run the action AGAIN (a second side effect): add --rerun-succeeded to do that on purpose"
 	case errors.Is(rule, idem.ErrAlreadyReleased):
@@ -868,9 +894,9 @@ func (r *runner) apply(ctx context.Context, cur idem.Record, w writeFlags, op, b
 		return idem.Record{}, false, err
 	}
 	if release {
-		return r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, Audit: audit})
+		return r.admin.Release(ctx, cur, idem.Release{Token: r.newToken(), Now: now, Force: w.force, MayRepeatSideEffect: w.mayRepeat, Audit: audit})
 	}
-	return r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded})
+	return r.admin.Forget(ctx, cur, idem.Forget{Token: r.newToken(), Now: now, Audit: audit, RerunSucceeded: w.rerunSucceeded, MayRepeatSideEffect: w.mayRepeat})
 }
 
 // lastAudit says who did the record's last operator change, if its audit

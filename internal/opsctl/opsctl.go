@@ -85,8 +85,8 @@ var commands = []command{
 	{"get", "KEY | --id ID --action ACTION | --api-key KEY [--caller SCOPE] | --body FILE", "one record, decoded and explained", (*runner).get},
 	{"list", "[--status STATE] [--code CODE] [--since T] [--until T] [--limit N] [--cursor C] [--scan] | --poison [--reason R] ...", "records or poison notes, newest first, with what the listing cost", (*runner).list},
 	{"stats", "[--since T] [--until T] [--scan]", "counts by status, state and code over a window", (*runner).stats},
-	{"release", "KEY... | --id ID --action ACTION | --stdin  [--reason TEXT] [--force --reason TEXT] [--dry-run]", "make failed (or abandoned) events run again at their next delivery", (*runner).release},
-	{"forget", "KEY... | --id ID --action ACTION | --stdin  --reason TEXT [--rerun-succeeded] [--dry-run]", "delete records, leaving a note of who and why; a SUCCEEDED one only with --rerun-succeeded", (*runner).forget},
+	{"release", "KEY... | --id ID --action ACTION | --stdin  [--reason TEXT] [--force --reason TEXT] [--may-repeat-side-effect --reason TEXT] [--dry-run]", "make failed (or abandoned) events run again at their next delivery; an OUTCOME_UNKNOWN one only with --may-repeat-side-effect", (*runner).release},
+	{"forget", "KEY... | --id ID --action ACTION | --stdin  --reason TEXT [--rerun-succeeded] [--may-repeat-side-effect] [--dry-run]", "delete records, leaving a note of who and why; a SUCCEEDED one only with --rerun-succeeded, an OUTCOME_UNKNOWN one only with --may-repeat-side-effect", (*runner).forget},
 	{"config", "", "say which table, namespace, key and payload expressions would be used, and where each comes from", (*runner).config},
 }
 

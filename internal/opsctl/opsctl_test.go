@@ -367,6 +367,7 @@ func TestBadInput(t *testing.T) {
 		{"reason without poison", []string{"list", "--reason", "NOT_JSON"}, nil, false, opsctl.ExitUsage, "--reason selects poison notes"},
 		{"forget without reason", []string{"forget", "evt:order-1001:refund"}, nil, false, opsctl.ExitUsage, "forget needs --reason"},
 		{"force without reason", []string{"release", "--force", "evt:order-1005:notify"}, nil, false, opsctl.ExitUsage, "--force needs --reason"},
+		{"may repeat without reason", []string{"release", "--may-repeat-side-effect", "evt:order-1005:notify"}, nil, false, opsctl.ExitUsage, "--may-repeat-side-effect needs --reason"},
 		{"stdin not JSON", []string{"release", "--stdin"}, nil, false, opsctl.ExitUsage, "--stdin: document 1 is not the JSON of list --json or get --json"},
 	}
 	for _, tt := range tests {

@@ -415,6 +415,14 @@ func TestHelpIsOutput(t *testing.T) {
 	if out, _, _ := f.run("", "forget", "-h"); !strings.Contains(out, "-rerun-succeeded") || !strings.Contains(out, "runs its action again") {
 		t.Errorf("forget -h does not explain --rerun-succeeded:\n%s", out)
 	}
+	for _, cmd := range []string{"release", "forget"} {
+		if out, _, _ := f.run("", cmd, "-h"); !strings.Contains(out, "-may-repeat-side-effect") || !strings.Contains(oneSpace(out), "OUTCOME_UNKNOWN failures too") || !strings.Contains(out, "a second time") {
+			t.Errorf("%s -h does not explain --may-repeat-side-effect:\n%s", cmd, out)
+		}
+	}
+	if out, _, _ := f.run("", "--help"); !strings.Contains(out, "an OUTCOME_UNKNOWN one only with --may-repeat-side-effect") {
+		t.Errorf("oncelyctl --help does not say which flag releases or forgets an OUTCOME_UNKNOWN record:\n%s", out)
+	}
 	if out, errOut, code := f.run(""); code != opsctl.ExitUsage || out != "" || !strings.Contains(errOut, "usage: oncelyctl") {
 		t.Errorf("no command: exit %d, stdout %q; want the usage on stderr, exit 2", code, out)
 	}
@@ -528,27 +536,52 @@ func oneSpace(s string) string {
 
 // TestUnknownOutcomeNeedsTheNamedChoice: an OUTCOME_UNKNOWN failure's
 // action may have had its side effect, so release and forget refuse it
-// without --force or --rerun-succeeded, and say why; with them, they act.
+// without --may-repeat-side-effect, the flag named for what it risks, and
+// say why; the consents to other risks (--force: a live lease;
+// --rerun-succeeded: a success) are refused with a hint naming it; with it,
+// they act.
 func TestUnknownOutcomeNeedsTheNamedChoice(t *testing.T) {
 	f := minidynFixture(t)
-	const key = "evt:ledger-9:ledger"
-	f.write(key, now.Add(-5*time.Minute), 30*time.Second, failWith(idem.CodeOutcomeUnknown, "the write was sent and no reply came", false, 1))
-	for _, args := range [][]string{
-		{"release", key, "--reason", "x"},
-		{"forget", key, "--reason", "x"},
+	const key, other = "evt:ledger-9:ledger", "evt:ledger-10:ledger"
+	for _, k := range []string{key, other} {
+		f.write(k, now.Add(-5*time.Minute), 30*time.Second, failWith(idem.CodeOutcomeUnknown, "the write was sent and no reply came", false, 1))
+	}
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"release", key, "--reason", "x"}, []string{"second time", "--may-repeat-side-effect --reason"}},
+		{[]string{"forget", key, "--reason", "x"}, []string{"second time", "--may-repeat-side-effect --reason"}},
+		{[]string{"release", key, "--force", "--reason", "x"}, []string{"--force takes a live lease and is no consent to this", "add --may-repeat-side-effect --reason"}},
+		{[]string{"forget", key, "--rerun-succeeded", "--reason", "x"}, []string{"--rerun-succeeded re-runs a SUCCEEDED record and is no consent to this", "add --may-repeat-side-effect --reason"}},
 	} {
-		out, _, code := f.run("", args...)
-		if code != opsctl.ExitRefused || !strings.Contains(out, "OUTCOME_UNKNOWN") || !strings.Contains(out, "second time") {
-			t.Errorf("%q: exit %d\n%s\nwant refused, saying the side effect may happen a second time", args, code, out)
+		out, _, code := f.run("", tt.args...)
+		if code != opsctl.ExitRefused || !strings.Contains(out, "refused") || !strings.Contains(out, "OUTCOME_UNKNOWN") {
+			t.Errorf("%q: exit %d\n%s\nwant refused (exit 3), naming OUTCOME_UNKNOWN", tt.args, code, out)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(oneSpace(out), w) {
+				t.Errorf("%q: output lacks %q:\n%s", tt.args, w, out)
+			}
 		}
 	}
 	if rec := mustGet(t, f, key); rec.ErrorCode != idem.CodeOutcomeUnknown {
 		t.Fatalf("the refusals changed the record: %s", rec.ErrorCode)
 	}
-	if out, errOut, code := f.run("", "release", key, "--force", "--reason", "the downstream has no such write"); code != 0 || !strings.Contains(out, "released") {
-		t.Fatalf("release --force: exit %d\n%s%s", code, out, errOut)
+	if out, errOut, code := f.run("", "release", key, "--may-repeat-side-effect", "--reason", "the downstream has no such write"); code != 0 || !strings.Contains(out, "released") {
+		t.Fatalf("release --may-repeat-side-effect: exit %d\n%s%s", code, out, errOut)
 	}
-	if rec := mustGet(t, f, key); rec.ErrorCode != idem.CodeReleased {
-		t.Errorf("after release --force: %s, want RELEASED", rec.ErrorCode)
+	rec := mustGet(t, f, key)
+	if rec.ErrorCode != idem.CodeReleased {
+		t.Errorf("after release --may-repeat-side-effect: %s, want RELEASED", rec.ErrorCode)
+	}
+	if !strings.Contains(rec.Audit, `"op":"release --may-repeat-side-effect"`) {
+		t.Errorf("the audit does not name the consent: %s", rec.Audit)
+	}
+	if out, errOut, code := f.run("", "forget", other, "--may-repeat-side-effect", "--reason", "the downstream has no such write"); code != 0 || !strings.Contains(out, "forgotten") {
+		t.Fatalf("forget --may-repeat-side-effect: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, found, err := f.admin.Get(context.Background(), other, now); err != nil || found {
+		t.Errorf("after forget --may-repeat-side-effect: found %v, err %v; want gone", found, err)
 	}
 }

@@ -47,7 +47,7 @@ type RecordView struct {
 type AuditEntry struct {
 	At     time.Time `json:"at"`
 	By     string    `json:"by"`
-	Op     string    `json:"op"` // release, release --force, forget
+	Op     string    `json:"op"` // release, release --force, release --may-repeat-side-effect (or both), forget
 	Reason string    `json:"reason,omitempty"`
 	Was    string    `json:"was"` // the state it replaced
 }

@@ -82,7 +82,7 @@ func (s *Store) Release(_ context.Context, prev idem.Record, r idem.Release) (id
 	if !ok && idem.ReleasedBy(old, r.Token) {
 		return clone(old), true, nil // a re-send of a release that landed
 	}
-	if !ok || idem.Releasable(old, r.Now, r.Force) != nil {
+	if !ok || idem.Releasable(old, r) != nil {
 		return clone(old), false, nil
 	}
 	rec := idem.Released(old, r)
@@ -98,7 +98,7 @@ func (s *Store) Forget(_ context.Context, prev idem.Record, f idem.Forget) (idem
 	if !ok && f.Token != "" && s.forgotten[prev.Key] == f.Token {
 		return clone(prev), true, nil // a re-send of a forget that happened
 	}
-	if !ok || idem.Forgettable(old, f.Now, f.RerunSucceeded) != nil {
+	if !ok || idem.Forgettable(old, f) != nil {
 		return clone(old), false, nil
 	}
 	delete(s.records, prev.Key)
@@ -113,7 +113,7 @@ func (s *Store) swappable(prev idem.Record, now time.Time) (idem.Record, bool) {
 	if !ok || old.Expired(now) {
 		return idem.Record{}, false
 	}
-	return old, old.Token == prev.Token && old.Status == prev.Status && old.Attempts == prev.Attempts
+	return old, idem.StillAsRead(prev, old)
 }
 
 // Complete implements idem.Store.

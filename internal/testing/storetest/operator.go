@@ -88,6 +88,7 @@ func RunOperatorTests(t *testing.T, newStore func(t *testing.T) OperatorStore) {
 		{"ForgetIsCompareAndSwap", testForgetCAS},
 		{"ForgetResentIsRecognised", testForgetResent},
 		{"ReleaseClearsTheHoldOff", testReleaseClearsHoldOff},
+		{"FailureRewrittenSinceTheReadIsRefused", testFailureRewritten},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })
@@ -494,8 +495,9 @@ func testForgetSucceeded(t *testing.T, s OperatorStore) {
 }
 
 // testUnknownOutcome: an OUTCOME_UNKNOWN failure's action may have had its
-// side effect, so a release needs Force and a forget RerunSucceeded; each
-// refusal leaves the record as it was.
+// side effect, so a release or a forget needs MayRepeatSideEffect, and the
+// other consents (Force for a live lease, RerunSucceeded for a success) are
+// not it; each refusal leaves the record as it was.
 func testUnknownOutcome(t *testing.T, s OperatorStore) {
 	now := base()
 	r := reservation(t, uniqueKey(t), fpA, now)
@@ -507,17 +509,93 @@ func testUnknownOutcome(t *testing.T, s OperatorStore) {
 	}
 	prev := mustGet(t, s, r.Key, now)
 	if rec, ok, err := s.Release(context.Background(), prev, release(t, now)); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
-		t.Fatalf("Release of an OUTCOME_UNKNOWN record without Force = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record without consent = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
 	}
 	if rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why"}); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
 		t.Fatalf("Forget of an OUTCOME_UNKNOWN record without consent = %s %s, ok %v, err %v; want refused, the record returned", rec.Status, rec.ErrorCode, ok, err)
+	}
+	forced := release(t, now)
+	forced.Force = true
+	if rec, ok, err := s.Release(context.Background(), prev, forced); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record with Force only = %s %s, ok %v, err %v; want refused (Force takes a live lease), the record returned", rec.Status, rec.ErrorCode, ok, err)
+	}
+	if rec, ok, err := s.Forget(context.Background(), prev, idem.Forget{Token: token(t), Now: now, Audit: "why", RerunSucceeded: true}); err != nil || ok || rec.ErrorCode != idem.CodeOutcomeUnknown {
+		t.Fatalf("Forget of an OUTCOME_UNKNOWN record with RerunSucceeded only = %s %s, ok %v, err %v; want refused (that consent re-runs a success), the record returned", rec.Status, rec.ErrorCode, ok, err)
 	}
 	if got := mustGet(t, s, r.Key, now); got.ErrorCode != idem.CodeOutcomeUnknown || got.Token != prev.Token {
 		t.Fatalf("the refusals changed the record: %s %s", got.Status, got.ErrorCode)
 	}
 	rel := release(t, now)
-	rel.Force = true
+	rel.MayRepeatSideEffect = true
 	if rec, ok, err := s.Release(context.Background(), prev, rel); err != nil || !ok || rec.ErrorCode != idem.CodeReleased {
-		t.Fatalf("Release of an OUTCOME_UNKNOWN record with Force = %s %s, ok %v, err %v; want released", rec.Status, rec.ErrorCode, ok, err)
+		t.Fatalf("Release of an OUTCOME_UNKNOWN record with MayRepeatSideEffect = %s %s, ok %v, err %v; want released", rec.Status, rec.ErrorCode, ok, err)
+	}
+}
+
+// testFailureRewritten: the failure an operator read was rewritten under the
+// same token, status and attempts before the write (another code, another
+// retryable flag). The rule (Releasable, Forgettable) was judged on the
+// failure as read, so the store must refuse: a store that compares only the
+// token, status and attempts, and judges the rule on the caller's copy,
+// releases and forgets an OUTCOME_UNKNOWN failure that nobody consented to
+// send again. Each case stores the failure as it is now and passes the
+// failure as it was read, with the consent its read needed.
+func testFailureRewritten(t *testing.T, s OperatorStore) {
+	now := base()
+	type failure struct {
+		code      idem.Code
+		retryable bool
+	}
+	tests := []struct {
+		name       string
+		read, now  failure
+		consent    bool // the consent the read needed (an OUTCOME_UNKNOWN read)
+		verdictNow string
+	}{
+		{"outcome unknown over a retryable failure", failure{idem.CodeTransientFailure, true}, failure{idem.CodeOutcomeUnknown, false}, false,
+			"the stored failure needs consent that was not given"},
+		{"retryable failure over an outcome unknown", failure{idem.CodeOutcomeUnknown, false}, failure{idem.CodeTransientFailure, true}, true,
+			"the consent was given for a failure that is not there"},
+		{"permanent failure made retryable", failure{"HTTP_422", false}, failure{"HTTP_422", true}, false,
+			"the retryable flag the operator saw changed"},
+	}
+	for _, tt := range tests {
+		for _, op := range []string{"release", "forget"} {
+			t.Run(strings.ReplaceAll(tt.name, " ", "_")+"/"+op, func(t *testing.T) {
+				r := reservation(t, uniqueKey(t), fpA, now)
+				mustReserve(t, s, r)
+				f := finish(r, now, 2)
+				f.ErrorCode, f.ErrorMessage, f.Retryable = tt.now.code, "as stored now", tt.now.retryable
+				if err := s.Fail(context.Background(), f); err != nil {
+					t.Fatalf("Fail: %v", err)
+				}
+				cur := mustGet(t, s, r.Key, now)
+				read := cur
+				read.ErrorCode, read.ErrorMessage, read.Retryable = tt.read.code, "as read", tt.read.retryable
+
+				var (
+					rec idem.Record
+					ok  bool
+					err error
+				)
+				if op == "release" {
+					rel := release(t, now)
+					rel.MayRepeatSideEffect = tt.consent
+					rec, ok, err = s.Release(context.Background(), read, rel)
+				} else {
+					rec, ok, err = s.Forget(context.Background(), read, idem.Forget{Token: token(t), Now: now, Audit: "why", MayRepeatSideEffect: tt.consent})
+				}
+				if err != nil || ok {
+					t.Fatalf("%s of %s (retryable %v) read as %s (retryable %v) = ok %v, err %v; want refused: %s",
+						op, cur.ErrorCode, cur.Retryable, tt.read.code, tt.read.retryable, ok, err, tt.verdictNow)
+				}
+				if diff := cmp.Diff(cur, rec); diff != "" {
+					t.Errorf("the refused %s returned (-want current +got):\n%s", op, diff)
+				}
+				if diff := cmp.Diff(cur, mustGet(t, s, r.Key, now)); diff != "" {
+					t.Errorf("the refused %s changed the record (-before +after):\n%s", op, diff)
+				}
+			})
+		}
 	}
 }

@@ -90,7 +90,23 @@ var broken = map[string]struct {
 		mustFail: []string{"ForgetSucceededOnlyWithConsent"}},
 	"ignores-unknown-outcomes": {store: func() idem.Store { return ignoresUnknownOutcomes{memstore.New()} },
 		mustFail: []string{"UnknownOutcomeOnlyWithConsent"}},
+	"takes-other-consents": {store: func() idem.Store { return takesOtherConsents{memstore.New()} },
+		mustFail: []string{"UnknownOutcomeOnlyWithConsent"}},
+	"judges-the-copy": {store: func() idem.Store { return judgesTheCopy{memstore.New()} },
+		mustFail: rewrittenCases},
 }
+
+// rewrittenCases are the operator suite's cases of a failure rewritten
+// since the operator's read, each for a release and a forget.
+var rewrittenCases = func() []string {
+	var names []string
+	for _, c := range []string{"outcome_unknown_over_a_retryable_failure", "retryable_failure_over_an_outcome_unknown", "permanent_failure_made_retryable"} {
+		for _, op := range []string{"release", "forget"} {
+			names = append(names, "FailureRewrittenSinceTheReadIsRefused/"+c+"/"+op)
+		}
+	}
+	return names
+}()
 
 func TestBrokenStore(t *testing.T) {
 	name := os.Getenv("IDEMTEST_BROKEN")
@@ -542,13 +558,61 @@ func (s forgetsSuccesses) Forget(ctx context.Context, prev idem.Record, f idem.F
 type ignoresUnknownOutcomes struct{ *memstore.Store }
 
 func (s ignoresUnknownOutcomes) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
-	r.Force = r.Force || prev.ErrorCode == idem.CodeOutcomeUnknown
+	r.MayRepeatSideEffect = r.MayRepeatSideEffect || prev.ErrorCode == idem.CodeOutcomeUnknown
 	return s.Store.Release(ctx, prev, r)
 }
 
 func (s ignoresUnknownOutcomes) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
-	f.RerunSucceeded = f.RerunSucceeded || prev.ErrorCode == idem.CodeOutcomeUnknown
+	f.MayRepeatSideEffect = f.MayRepeatSideEffect || prev.ErrorCode == idem.CodeOutcomeUnknown
 	return s.Store.Forget(ctx, prev, f)
+}
+
+// takesOtherConsents takes Force (a live lease's) or RerunSucceeded (a
+// success's) as consent to repeat an OUTCOME_UNKNOWN failure's side effect,
+// as the stores did before that consent had its own name.
+type takesOtherConsents struct{ *memstore.Store }
+
+func (s takesOtherConsents) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	r.MayRepeatSideEffect = r.MayRepeatSideEffect || r.Force
+	return s.Store.Release(ctx, prev, r)
+}
+
+func (s takesOtherConsents) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	f.MayRepeatSideEffect = f.MayRepeatSideEffect || f.RerunSucceeded
+	return s.Store.Forget(ctx, prev, f)
+}
+
+// judgesTheCopy judges the operator's rule on the caller's copy and
+// compares only the token, status and attempts, as ddbstore's condition did
+// before it stated a failure's code and retryable flag: a failure rewritten
+// under the same token since the read is released or forgotten as the one
+// that was read.
+type judgesTheCopy struct{ *memstore.Store }
+
+// asStored is prev with the stored failure's code and retryable flag, so
+// that the reference store's compare passes on them.
+func (s judgesTheCopy) asStored(ctx context.Context, prev idem.Record, now time.Time) idem.Record {
+	if cur, ok, err := s.Store.Get(ctx, prev.Key, now); err == nil && ok && prev.Status == idem.StatusFailed {
+		prev.ErrorCode, prev.ErrorMessage, prev.Retryable = cur.ErrorCode, cur.ErrorMessage, cur.Retryable
+	}
+	return prev
+}
+
+func (s judgesTheCopy) Release(ctx context.Context, prev idem.Record, r idem.Release) (idem.Record, bool, error) {
+	if prev.Status != idem.StatusFailed || idem.Releasable(prev, r) != nil {
+		return s.Store.Release(ctx, prev, r)
+	}
+	// The copy passed; the stored failure is not judged again.
+	r.MayRepeatSideEffect = true
+	return s.Store.Release(ctx, s.asStored(ctx, prev, r.Now), r)
+}
+
+func (s judgesTheCopy) Forget(ctx context.Context, prev idem.Record, f idem.Forget) (idem.Record, bool, error) {
+	if prev.Status != idem.StatusFailed || idem.Forgettable(prev, f) != nil {
+		return s.Store.Forget(ctx, prev, f)
+	}
+	f.MayRepeatSideEffect = true
+	return s.Store.Forget(ctx, s.asStored(ctx, prev, f.Now), f)
 }
 
 // TestAbandonedActionStaysFencedOnMemstore: the late return of an action
