@@ -18,6 +18,31 @@
 //   - the key is wh:<source>:<delivery-id>, validated like every key; the
 //     fingerprint covers only what a sender keeps the same on every retry
 //     of one delivery (see [Fingerprint]).
+//
+// # Schemes
+//
+// Each scheme is one value in a table (scheme.go), as crypto/tls keeps its
+// cipher suites: Verify, ParseSources, Envelope.Request and Fingerprint
+// look it up by name and never branch on it. Adding a scheme is one file,
+// scheme_<name>.go, plus its test vector. The file provides:
+//   - the scheme's name, an exported [Scheme] constant: what the sources
+//     secret and the envelope call it (stored in every envelope: never
+//     renamed), and the exported names of the headers it reads;
+//   - a *scheme value with each field its doc asks for: decodeSecret (the
+//     secret as the sender shows it to key bytes, or why not, naming no
+//     value), verify (the signature against every key in constant time,
+//     the delivery id the request claims, the signed time), signsTime (its
+//     replay rule), idFromBody when the id is in the body rather than a
+//     header, idFrom (where the id comes from, for messages), and
+//     fingerprint (what of the body the sender keeps on a retry; wholeBody
+//     unless the sender changes some of it);
+//   - a line for that value in the schemes table, which orders [Schemes].
+//
+// Its test vector is an entry in scheme_test.go's vectors: a signed
+// delivery, from the sender's documentation when it publishes one, that
+// TestEverySchemeHasAVector verifies, tampers with and replays; a scheme
+// without one fails that test. The key, wh:<source>:<delivery-id>, is the
+// same for every scheme.
 package inbound
 
 import (
