@@ -117,7 +117,7 @@ func DecodeEnvelope(body []byte) (Envelope, error) {
 	case !ValidName(e.Source):
 		return Envelope{}, invalidEnvelope("its source is not a valid source name")
 	case !knownScheme(e.Scheme):
-		return Envelope{}, invalidEnvelope("its scheme is not one of standard-webhooks, stripe, github")
+		return Envelope{}, invalidEnvelope("its scheme is not one of " + schemeList())
 	case e.DeliveryID == "":
 		return Envelope{}, &idem.Error{Code: idem.CodeKeyMissing, Message: "the inbound envelope's delivery_id is empty"}
 	case len(e.Body) == 0 || string(e.Body) == "null":
@@ -138,13 +138,13 @@ func (e Envelope) Request() (idem.Request, error) {
 	if err != nil {
 		return idem.Request{}, err
 	}
-	if e.Scheme == Stripe {
-		id, err := stripeEventID(e.Body)
+	if sc, ok := schemeByName(e.Scheme); ok && sc.idFromBody != nil {
+		id, err := sc.idFromBody(e.Body)
 		if err != nil {
 			return idem.Request{}, err
 		}
 		if id != e.DeliveryID {
-			return idem.Request{}, invalidEnvelope("its delivery_id is not the Stripe event's id")
+			return idem.Request{}, invalidEnvelope("its delivery_id is not " + sc.idFrom)
 		}
 	}
 	fp, err := Fingerprint(e.Scheme, e.Body)
@@ -154,33 +154,17 @@ func (e Envelope) Request() (idem.Request, error) {
 	return idem.Request{Key: key, Fingerprint: fp}, nil
 }
 
-// StripeVolatile are the members of a Stripe event that change between
-// two deliveries of the same event: pending_webhooks counts the endpoints
-// still waiting for it. Every other member (id, object, api_version,
-// created, data, livemode, request, type, account, context) is fixed when
-// the event is created: Stripe renders data once, with the event's
-// api_version, and sends that snapshot on every attempt.
-var StripeVolatile = []string{"pending_webhooks"}
-
 // Fingerprint is the payload fingerprint of an inbound body: what a sender
 // keeps the same on every retry of one delivery, and nothing else. The
 // timestamp and signature headers are never part of it (they are not in
 // the envelope). Standard Webhooks and GitHub resend the same body, so it
 // covers the whole body; for Stripe it covers the event without
 // StripeVolatile's top-level members. The body must be canonical JSON
-// (package canonjson) in full, whatever is left out.
-func Fingerprint(scheme Scheme, body []byte) (string, error) {
-	fp, err := idem.Fingerprint(body)
-	if err != nil || scheme != Stripe {
-		return fp, err
+// (package canonjson) in full, whatever is left out. An unknown scheme's
+// fingerprint covers the whole body.
+func Fingerprint(name Scheme, body []byte) (string, error) {
+	if sc, ok := schemeByName(name); ok {
+		return sc.fingerprint(body)
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(body, &members); err != nil || members == nil {
-		return "", &idem.Error{Code: idem.CodeInvalidPayload, Message: "a Stripe event is a JSON object"}
-	}
-	for _, name := range StripeVolatile {
-		delete(members, name)
-	}
-	stable, _ := json.Marshal(members) // decoded JSON always marshals
-	return idem.Fingerprint(stable)
+	return wholeBody(body)
 }

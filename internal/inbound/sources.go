@@ -18,11 +18,35 @@
 //   - the key is wh:<source>:<delivery-id>, validated like every key; the
 //     fingerprint covers only what a sender keeps the same on every retry
 //     of one delivery (see [Fingerprint]).
+//
+// # Schemes
+//
+// Each scheme is one value in a table (scheme.go), as crypto/tls keeps its
+// cipher suites: Verify, ParseSources, Envelope.Request and Fingerprint
+// look it up by name and never branch on it. Adding a scheme is one file,
+// scheme_<name>.go, plus its test vector. The file provides:
+//   - the scheme's name, an exported [Scheme] constant: what the sources
+//     secret and the envelope call it (stored in every envelope: never
+//     renamed), and the exported names of the headers it reads;
+//   - a *scheme value with each field its doc asks for: decodeSecret (the
+//     secret as the sender shows it to key bytes, or why not, naming no
+//     value), verify (the signature against every key in constant time,
+//     the delivery id the request claims, the signed time), signsTime (its
+//     replay rule), idFromBody when the id is in the body rather than a
+//     header, idFrom (where the id comes from, for messages), and
+//     fingerprint (what of the body the sender keeps on a retry; wholeBody
+//     unless the sender changes some of it);
+//   - a line for that value in the schemes table, which orders [Schemes].
+//
+// Its test vector is an entry in scheme_test.go's vectors: a signed
+// delivery, from the sender's documentation when it publishes one, that
+// TestEverySchemeHasAVector verifies, tampers with and replays; a scheme
+// without one fails that test. The key, wh:<source>:<delivery-id>, is the
+// same for every scheme.
 package inbound
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,39 +55,9 @@ import (
 	"strings"
 )
 
-// Scheme is how a sender signs its deliveries.
-type Scheme string
-
-// The schemes.
-const (
-	// StandardWebhooks (standardwebhooks.com): webhook-id,
-	// webhook-timestamp and webhook-signature ("v1," + base64
-	// HMAC-SHA256 of id.timestamp.body); the secret is whsec_ + base64 of
-	// the key. The delivery id is webhook-id.
-	StandardWebhooks Scheme = "standard-webhooks"
-	// Stripe: Stripe-Signature "t=<unix>,v1=<hex HMAC-SHA256 of
-	// t.body>" keyed by the endpoint's whsec_… secret as it is written.
-	// The delivery id is the event's id in the body.
-	Stripe Scheme = "stripe"
-	// GitHub: X-Hub-Signature-256 "sha256=<hex HMAC-SHA256 of the body>";
-	// no timestamp. The delivery id is X-GitHub-Delivery, which the
-	// signature does not cover.
-	GitHub Scheme = "github"
-)
-
-// Schemes lists the schemes, Standard Webhooks first.
-var Schemes = []Scheme{StandardWebhooks, Stripe, GitHub}
-
 // MaxSourceName bounds a source's name: the key wh:<source>:<delivery-id>
 // must fit in 128 characters with the sender's id.
 const MaxSourceName = 32
-
-// minStandardKey is the Standard Webhooks specification's floor for a key
-// (24 bytes); minGitHubSecret is ours for GitHub's free-form secrets.
-const (
-	minStandardKey  = 24
-	minGitHubSecret = 16
-)
 
 // ValidName reports whether name can name a source: 1 to MaxSourceName
 // characters of a-z, 0-9 and '-'. It becomes part of every key.
@@ -79,8 +73,6 @@ func ValidName(name string) bool {
 	}
 	return true
 }
-
-func knownScheme(s Scheme) bool { return slices.Contains(Schemes, s) }
 
 // Source is one configured sender: its name, its scheme and the keys its
 // deliveries may be signed with.
@@ -177,36 +169,12 @@ func ParseSources(text string) (*Sources, error) {
 
 // decodeSecret turns a secret as the sender shows it into HMAC key bytes.
 // Its error never holds the secret.
-func decodeSecret(scheme Scheme, secret string) ([]byte, error) {
-	switch scheme {
-	case StandardWebhooks:
-		s := strings.TrimPrefix(strings.TrimSpace(secret), "whsec_")
-		// Senders write it with or without base64 padding; the reference
-		// libraries accept both.
-		key, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			key, err = base64.RawStdEncoding.DecodeString(s)
-		}
-		if err != nil {
-			return nil, errors.New("a Standard Webhooks secret is whsec_ followed by base64; this one is not base64")
-		}
-		if len(key) < minStandardKey {
-			return nil, fmt.Errorf("a Standard Webhooks key must be at least %d bytes; this one is %d", minStandardKey, len(key))
-		}
-		return key, nil
-	case Stripe:
-		if !strings.HasPrefix(secret, "whsec_") || len(secret) <= len("whsec_") || strings.TrimSpace(secret) != secret {
-			return nil, errors.New("a Stripe signing secret starts with whsec_ (the endpoint's signing secret, not an API key), without spaces")
-		}
-		// Stripe keys the HMAC with the secret's text, prefix included.
-		return []byte(secret), nil
-	case GitHub:
-		if len(secret) < minGitHubSecret {
-			return nil, fmt.Errorf("a GitHub webhook secret must be at least %d characters; this one is %d", minGitHubSecret, len(secret))
-		}
-		return []byte(secret), nil
+func decodeSecret(name Scheme, secret string) ([]byte, error) {
+	sc, ok := schemeByName(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown scheme %q", name)
 	}
-	return nil, fmt.Errorf("unknown scheme %q", scheme)
+	return sc.decodeSecret(secret)
 }
 
 // noDuplicateNames refuses a source named twice: the decoder would keep the
