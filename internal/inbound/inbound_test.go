@@ -436,3 +436,29 @@ func TestFingerprintCoversWhatSendersKeep(t *testing.T) {
 		t.Error("a Stripe body with a duplicate name was fingerprinted")
 	}
 }
+
+// A capture replayed past the tolerance is refused for its timestamp before
+// its signature is computed: with a wrong signature it is refused the same
+// way, so the refusal never tells an attacker that a captured signature is
+// right. The claimed id is still reported for the log.
+func TestAStaleCaptureIsRefusedBeforeItsSignature(t *testing.T) {
+	stale := now.Add(-10 * time.Minute)
+	for name, r := range map[string]struct {
+		source string
+		req    request
+		id     string
+	}{
+		"standard webhooks, right secret": {"acme", swRequest("msg_1", stale, swBody, swKey1), "msg_1"},
+		"standard webhooks, wrong secret": {"acme", swRequest("msg_1", stale, swBody, []byte("not-the-key-not-the-key-!")), "msg_1"},
+		"stripe, right secret":            {"stripe", stripeRequest(stale, stripeBody, stripeSecret1), "evt_1NG8Du2eZvKYlo2CUI79vXWy"},
+		"stripe, wrong secret":            {"stripe", stripeRequest(stale, stripeBody, "whsec_not_the_endpoint_secret"), "evt_1NG8Du2eZvKYlo2CUI79vXWy"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := source(t, r.source).Verify(r.req.headers, r.req.body, now, 0)
+			var e *idem.Error
+			if !errors.As(err, &e) || e.Code != idem.CodeTimestampOutsideTolerance || d.ID != r.id {
+				t.Errorf("got %v (id %q); want TIMESTAMP_OUTSIDE_TOLERANCE, whatever the signature, and the claimed id %q", err, d.ID, r.id)
+			}
+		})
+	}
+}

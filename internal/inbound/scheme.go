@@ -38,10 +38,18 @@ type scheme struct {
 	verify func(keys [][]byte, headers map[string]string, body []byte) (id, signedAt string, err error)
 
 	// signsTime is the scheme's replay rule: a scheme that signs a time
-	// has its timestamp checked against the tolerance once the signature
-	// matches. One that does not (GitHub) verifies a captured delivery at
-	// any time; only the key's record refuses its replay.
+	// has its timestamp checked against the tolerance. One that does not
+	// (GitHub) verifies a captured delivery at any time; only the key's
+	// record refuses its replay.
 	signsTime bool
+
+	// claimedTime, for a scheme that signs a time, reads the timestamp
+	// the request claims before anything is verified, so that a stale
+	// capture is refused before its signature is computed: the refusal
+	// says nothing of whether the signature was right. ok is false when
+	// the request names none that reads as Unix seconds (verify then says
+	// what is missing or malformed).
+	claimedTime func(headers map[string]string) (ts string, ok bool)
 
 	// idFromBody, when set, is where the delivery id comes from once the
 	// body is authentic JSON (Stripe: the event's id): it replaces the id

@@ -26,6 +26,7 @@ var standardWebhooksScheme = &scheme{
 	decodeSecret: decodeStandardSecret,
 	verify:       verifyStandard,
 	signsTime:    true,
+	claimedTime:  claimedStandardTime,
 	idFrom:       webhooksig.HeaderID,
 	fingerprint:  wholeBody,
 }
@@ -95,4 +96,11 @@ func verifyStandard(keys [][]byte, headers map[string]string, body []byte) (id, 
 		}
 	}
 	return id, ts, mismatch(webhooksig.HeaderSignature, len(given), len(keys))
+}
+
+// claimedStandardTime is the webhook-timestamp header, if it reads as Unix
+// seconds.
+func claimedStandardTime(headers map[string]string) (string, bool) {
+	ts := header(headers, webhooksig.HeaderTimestamp)
+	return ts, unixSeconds(ts)
 }

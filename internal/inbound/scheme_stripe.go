@@ -32,6 +32,7 @@ var stripeScheme = &scheme{
 	decodeSecret: decodeStripeSecret,
 	verify:       verifyStripe,
 	signsTime:    true,
+	claimedTime:  claimedStripeTime,
 	idFromBody:   stripeEventID,
 	idFrom:       "the Stripe event's id",
 	fingerprint:  stripeFingerprint,
@@ -137,4 +138,19 @@ func stripeFingerprint(body []byte) (string, error) {
 	}
 	stable, _ := json.Marshal(members) // decoded JSON always marshals
 	return idem.Fingerprint(stable)
+}
+
+// claimedStripeTime is the Stripe-Signature header's one t= item, if it
+// reads as Unix seconds.
+func claimedStripeTime(headers map[string]string) (string, bool) {
+	var ts string
+	for _, item := range strings.Split(header(headers, HeaderStripeSignature), ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(item), "="); ok && k == "t" {
+			if ts != "" {
+				return "", false // two: verify calls it malformed
+			}
+			ts = v
+		}
+	}
+	return ts, unixSeconds(ts)
 }

@@ -31,8 +31,10 @@ type Delivery struct {
 // any case), against the source's secrets, at now, allowing tolerance
 // (zero means DefaultTolerance) between a signed timestamp and now.
 //
-// The signature is checked first, then the timestamp (so a timestamp is
-// only called stale on a delivery that is otherwise authentic), then what
+// For a scheme that signs a time, the timestamp the request claims is
+// checked first: a capture replayed past the tolerance is refused before
+// its signature is computed, so the refusal never says that the signature
+// was right. Then the signature (and the timestamp it signs), then what
 // the queue path needs: a JSON body and a delivery id that makes a valid
 // key. Its error is an *idem.Error:
 //
@@ -55,6 +57,16 @@ func (s *Source) Verify(headers map[string]string, body []byte, now time.Time, t
 	if !ok {
 		return d, &idem.Error{Code: idem.CodeSignatureMalformed, Message: fmt.Sprintf("the source's scheme %q is not supported", s.Scheme)}
 	}
+	if sc.signsTime {
+		if ts, ok := sc.claimedTime(headers); ok {
+			if err := checkTimestamp(ts, now, tolerance); err != nil {
+				// The id it claims, for the log; with no key, verify
+				// computes no signature.
+				d.ID, _, _ = sc.verify(nil, headers, body)
+				return d, err
+			}
+		}
+	}
 	var signedAt string
 	var err error
 	d.ID, signedAt, err = sc.verify(s.keys, headers, body)
@@ -62,6 +74,8 @@ func (s *Source) Verify(headers map[string]string, body []byte, now time.Time, t
 		return d, err
 	}
 	if sc.signsTime {
+		// The signed timestamp is the one claimed above, unless the request
+		// claimed none that reads: checked again, at no cost.
 		if err := checkTimestamp(signedAt, now, tolerance); err != nil {
 			return d, err
 		}

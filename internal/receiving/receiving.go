@@ -254,7 +254,13 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 				return nil, webhookProblem(idem.CodeUnsupportedMediaType, fmt.Sprintf("the body is declared as %q; set the sender's content type to application/json", ct))
 			}
 		}
-		return nil, webhookProblem(e.Code, e.Message)
+		p := webhookProblem(e.Code, e.Message)
+		if refusal, ok := refusals[e.Code]; ok {
+			// The caller learns the class of the problem only; the log
+			// keeps which header, how many signatures and secrets.
+			p.Detail, p.Cause = refusal, e.Message
+		}
+		return nil, p
 	}
 	d.verified, d.key = true, dv.Key
 	env := inbound.EnvelopeOf(dv).Encode()
@@ -295,6 +301,18 @@ func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem
 	default:
 		return &problem.Problem{Status: 500, Code: idem.CodeInboundUnavailable, Detail: "the delivery was verified but could not be queued; the operator can see why in the function's log", Cause: err.Error()}
 	}
+}
+
+// refusals are what an unauthenticated caller is told of a 401: the class
+// of the problem (missing, malformed, mismatched, stale), never how many
+// secrets the source has or signatures the request carried, nor, for a
+// stale one, whether its signature was right (the timestamp is checked
+// first: package inbound).
+var refusals = map[idem.Code]string{
+	idem.CodeSignatureMissing:          "the delivery is not signed: a signature header is missing",
+	idem.CodeSignatureMalformed:        "the delivery's signature headers cannot be read",
+	idem.CodeSignatureMismatch:         "the delivery's signature does not match",
+	idem.CodeTimestampOutsideTolerance: "the delivery's signed time is outside the tolerance",
 }
 
 // webhookProblem is the receiving route's refusal with code, at the status

@@ -290,3 +290,38 @@ func (s *countingStore) Reserve(ctx context.Context, r idem.Reservation) (idem.R
 	s.n.Add(1)
 	return s.Store.Reserve(ctx, r)
 }
+
+// A 401 tells the caller the class of the problem and nothing more: not
+// how many secrets the source has, nor how many signatures it sent, nor
+// which header; the log line keeps that for the operator.
+func TestRefusalsTeachAnUnauthenticatedCallerNothing(t *testing.T) {
+	wrong := webhooksender.StandardWebhooks("msg_1", hookNow, []byte(swBody), []byte("not-the-key-not-the-key-!"), []byte("another-wrong-key-0123456"))
+	for _, tt := range []struct {
+		name    string
+		headers map[string]string
+		detail  string
+		logged  string
+	}{
+		{"missing", map[string]string{}, "the delivery is not signed: a signature header is missing", "missing header"},
+		{"malformed", map[string]string{"webhook-id": "msg_1", "webhook-timestamp": "soon", "webhook-signature": "v1,xx"}, "the delivery's signature headers cannot be read", "webhook-timestamp"},
+		{"mismatched", wrong, "the delivery's signature does not match", "2 signature(s), 1 secret(s)"},
+		{"stale", signedSW("msg_1", swBody, hookNow.Add(-time.Hour)), "the delivery's signed time is outside the tolerance", "before now"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newHookFixture(t, nil)
+			resp, _ := f.h.Handle(context.Background(), hook("acme", tt.headers, swBody))
+			var p struct {
+				Detail string `json:"detail"`
+			}
+			if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 401 || p.Detail != tt.detail {
+				t.Errorf("got %d %q; want 401 %q", resp.StatusCode, p.Detail, tt.detail)
+			}
+			if !strings.Contains(f.logs.String(), tt.logged) {
+				t.Errorf("the log line lacks the detail %q: %s", tt.logged, f.logs.String())
+			}
+		})
+	}
+}
