@@ -135,10 +135,11 @@ func reserveStock(ctx context.Context, o NewOrder) (string, error) {
 }
 
 // logReplay is one log line per replayed response: how often clients
-// retry, with which key, without the body (it may hold personal data).
-// HTTP APIs lower-case header names. (The scoped key is not in ctx here:
-// oncely.KeyFrom answers inside the handler only.)
+// retry, with which key (the client's, and the record's: the scoped key
+// ctx carries), without the body (it may hold personal data). HTTP APIs
+// lower-case header names.
 func logReplay(ctx context.Context, req events.APIGatewayV2HTTPRequest, resp *events.APIGatewayV2HTTPResponse) {
-	slog.InfoContext(ctx, "replayed a stored response", "idempotencyKey", req.Headers["idempotency-key"],
+	key, _ := oncely.KeyFrom(ctx)
+	slog.InfoContext(ctx, "replayed a stored response", "idempotencyKey", req.Headers["idempotency-key"], "key", key,
 		"status", resp.StatusCode, "route", req.RouteKey, "requestId", req.RequestContext.RequestID)
 }
