@@ -117,6 +117,17 @@ type Budget struct {
 	MinWork        time.Duration
 }
 
+// Reserve is the time an invocation keeps from its work: StoreReserve and
+// RespondReserve, with their defaults.
+func (b Budget) Reserve() time.Duration { return idem.Budget(b).Reserve() }
+
+// WorkTime is how long work may run in an invocation of timeout (a
+// function's timeout): timeout minus the Reserve. Check a downstream
+// call's timeout against it at init.
+func (b Budget) WorkTime(timeout time.Duration) time.Duration {
+	return idem.Budget(b).WorkTime(timeout)
+}
+
 // Engine runs work at most once per key, as far as its store allows. It is
 // safe for concurrent use.
 type Engine struct {

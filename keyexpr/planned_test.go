@@ -132,7 +132,7 @@ func clip(b []byte) string {
 func corpusBodies(t testing.TB) []string {
 	t.Helper()
 	var bodies []string
-	for _, dir := range []string{".", "../sqsbatch", "../internal/queue", "../internal/inbound", "../internal/canonjson", "../internal/httpapi", "../internal/idem"} {
+	for _, dir := range []string{".", "../sqsbatch", "../internal/queue", "../internal/inbound", "../internal/canonjson", "../internal/eventsapi", "../internal/receiving", "../apigw", "../internal/idem"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
 		for _, f := range files {
 			file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)

@@ -27,7 +27,7 @@ import (
 	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/engineref"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/queue"
@@ -255,7 +255,7 @@ func capacityRows(ctx context.Context, moto string) ([]capRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: n.Do, Logger: logger})
+	api, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: n.Do, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

@@ -893,7 +893,7 @@ func writeSection(path, name, body string) error {
 
 // capacityNotes says how section 0 is computed.
 const capacityNotes = `Every store call of each outcome, against moto, through the real SQS adapter (sqsbatch) or
-API adapter (httpapi), the engine, ddbstore and notify, for a typical small event (a UUID-long
+API adapter (apigw, under internal/eventsapi), the engine, ddbstore and notify, for a typical small event (a UUID-long
 event id, a namespace as long as a deployed function's generated name, the body
 ` + "`{\"id\":…,\"action\":\"notify\",\"version\":\"1.4.2\"}`" + `) and a downstream replying 0 bytes, 256 bytes or
 4 KB of tag-dense HTML (quotes, ` + "`<`, `>`, `&`" + `: the worst case for JSON escaping). Local servers do not report

@@ -50,8 +50,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	gocmp "github.com/google/go-cmp/cmp"
 
+	"github.com/oncely/oncely"
+	"github.com/oncely/oncely/driver"
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/engineref"
+	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 )
@@ -366,13 +370,23 @@ func newGolden(t *testing.T) *golden {
 	lambdacontext.FunctionName = "oncely-golden"
 	t.Cleanup(func() { lambdacontext.FunctionName = functionName })
 	seamNow = g.clock.Now
-	seamSleep = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
-	seamRandom = func() float64 { return 0.5 }
-	seamNewToken = g.newToken
+	// The engine wire asks oncely.New for, with the test's backoff sleep
+	// (none), jitter and fencing tokens: the same options, mapped as
+	// oncely.New maps them.
+	seamEngine = func(store driver.Store, o oncely.Options) (*oncely.Engine, error) {
+		e, err := idem.New(idem.Options{Store: store, Retry: idem.RetryPolicy(o.Retry), Budget: idem.Budget(o.Budget), Lease: o.Lease,
+			Retention: o.Retention, SentPause: o.SentPause, Logger: o.Logger, Now: o.Now,
+			Sleep:  func(ctx context.Context, d time.Duration) error { return ctx.Err() },
+			Random: func() float64 { return 0.5 }, NewToken: g.newToken})
+		if err != nil {
+			return nil, err
+		}
+		return engineref.Wrap(e).(*oncely.Engine), nil
+	}
 	seamLog = requestIDHandler{slog.NewJSONHandler(g.logs, &slog.HandlerOptions{ReplaceAttr: lambdacontext.ReplaceAttr})}
 	seamMetrics = g.metrics
 	t.Cleanup(func() {
-		seamNow, seamSleep, seamRandom, seamNewToken, seamLog, seamMetrics = nil, nil, nil, nil, nil, nil
+		seamNow, seamEngine, seamLog, seamMetrics = nil, nil, nil, nil
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	})
 

@@ -67,17 +67,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/oncely/oncely"
+	"github.com/oncely/oncely/driver"
 	"github.com/oncely/oncely/dynamostore"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/config"
-	"github.com/oncely/oncely/internal/engineref"
-	"github.com/oncely/oncely/internal/httpapi"
-	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/lambdasdk"
 	"github.com/oncely/oncely/internal/ledger"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/queue"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqssend"
@@ -115,24 +115,23 @@ var (
 // wrapStore, when a build-tagged file sets it (faults.go, for the
 // end-to-end tests only), wraps the engine's store. The deployed bootstrap
 // never sets it.
-var wrapStore func(*dynamostore.Store) idem.Store
+var wrapStore func(*dynamostore.Store) driver.Store
 
 // Seams for the golden test (golden_test.go), which pins what the function
 // does with a corpus of events. When a test sets them, they replace what
 // wire gives every part it builds: the clock (the engine's, the adapters',
-// the router's and the notifier's), the sleep of the engine's backoff,
-// the jitter (the engine's and the queue backoff's), the fencing tokens,
-// and where the log lines and the EMF documents go (the log handler, with
-// the request id from the context, and the metrics writer). The deployed
-// bootstrap never sets them: nil is each part's own default (time.Now, a
-// timer, math/rand/v2, crypto/rand, Lambda's log handler on stdout).
+// the router's and the notifier's), the engine (seamEngine builds it with
+// the test's sleep of the backoff, jitter and fencing tokens, from the
+// options wire gives oncely.New), and where the log lines and the EMF
+// documents go (the log handler, with the request id from the context,
+// and the metrics writer). The deployed bootstrap never sets them: nil is
+// each part's own default (time.Now, oncely.New, Lambda's log handler on
+// stdout).
 var (
-	seamNow      func() time.Time
-	seamSleep    func(ctx context.Context, d time.Duration) error
-	seamRandom   func() float64
-	seamNewToken func() string
-	seamLog      slog.Handler
-	seamMetrics  io.Writer
+	seamNow     func() time.Time
+	seamEngine  func(store driver.Store, o oncely.Options) (*oncely.Engine, error)
+	seamLog     slog.Handler
+	seamMetrics io.Writer
 )
 
 func main() {
@@ -163,10 +162,10 @@ func probeTable(ctx context.Context, store *dynamostore.Store, logger *slog.Logg
 	switch {
 	case err == nil:
 		return nil
-	case idem.Classify(err) == idem.ClassPermanent:
+	case oncely.Classify(err) == oncely.ClassPermanent:
 		return fmt.Errorf("config: %s: %w", config.EnvTable, err)
 	}
-	logger.WarnContext(ctx, "the idempotency table could not be checked at init; starting anyway", "error", err.Error(), idem.StoreAttr(err))
+	logger.WarnContext(ctx, "the idempotency table could not be checked at init; starting anyway", "error", err.Error(), driver.StoreAttr(err))
 	return nil
 }
 
@@ -232,7 +231,7 @@ func readSecrets(ctx context.Context, logger *slog.Logger, reads []initRead) err
 	}
 	wg.Wait()
 	for i, r := range reads {
-		if err := errs[i]; err != nil && idem.Classify(err) != idem.ClassTransient {
+		if err := errs[i]; err != nil && oncely.Classify(err) != oncely.ClassTransient {
 			return fmt.Errorf("config: %s: %w", r.env, err)
 		}
 	}
@@ -294,7 +293,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	webhooks, sources, inboundRead := receiving(cfg.Inbound, sm, sqsClient, logger)
+	webhooks, sources, inboundRead := receivingRoute(cfg.Inbound, sm, sqsClient, logger)
 	if err := readSecrets(ctx, logger, append(act.reads, inboundRead...)); err != nil {
 		return nil, err
 	}
@@ -308,11 +307,11 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if seamMetrics != nil {
 		metrics = seamMetrics
 	}
-	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: metrics, Logger: logger, Now: seamNow, FirstInvoke: act.firstInvoke(engine.Budget(), logger)}
+	r := &router.Router{Function: lambdacontext.FunctionName, Metrics: metrics, Logger: logger, Now: seamNow, FirstInvoke: act.firstInvoke(budget, logger)}
 	if wrapAction != nil {
 		act.do = wrapAction(act.do)
 	}
-	if r.SQS, r.HTTP, err = adapters(cfg, engine, act.do, webhooks, sqsClient, logger); err != nil {
+	if r.SQS, r.HTTP, r.Receiving, err = adapters(cfg, engine, act.do, webhooks, sqsClient, logger); err != nil {
 		return nil, err
 	}
 	// Only a set secret reports its health: a nil pointer in the interface
@@ -329,7 +328,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 // gateRuntimeAPI puts the exit gate (exitgate.go) between aws-lambda-go
 // and the Runtime API, with the engine's count of abandoned actions and
 // the bound. Outside Lambda (no Runtime API) there is nothing to gate.
-func gateRuntimeAPI(engine *idem.Engine, logger *slog.Logger) error {
+func gateRuntimeAPI(engine *oncely.Engine, logger *slog.Logger) error {
 	api := os.Getenv(envRuntimeAPI)
 	if api == "" {
 		return nil
@@ -346,15 +345,22 @@ func gateRuntimeAPI(engine *idem.Engine, logger *slog.Logger) error {
 	return os.Setenv(envRuntimeAPI, addr)
 }
 
+// budget is the product's time budget: the library's defaults.
+var budget = oncely.Budget{}
+
 // newEngine builds the engine on the store (wrapped when a build-tagged
 // file asks).
-func newEngine(store *dynamostore.Store, cfg config.Config, logger *slog.Logger) (*idem.Engine, error) {
-	var engineStore idem.Store = store
+func newEngine(store *dynamostore.Store, cfg config.Config, logger *slog.Logger) (*oncely.Engine, error) {
+	var engineStore driver.Store = store
 	if wrapStore != nil {
 		engineStore = wrapStore(store)
 	}
-	return idem.New(idem.Options{Store: engineStore, Retry: cfg.Retry, Budget: idem.Budget{}, Lease: cfg.Lease, Retention: cfg.TTL,
-		SentPause: cfg.SentPause(), Logger: logger, Now: seamNow, Sleep: seamSleep, Random: seamRandom, NewToken: seamNewToken})
+	o := oncely.Options{Retry: oncely.RetryPolicy(cfg.Retry), Budget: budget, Lease: cfg.Lease, Retention: cfg.TTL,
+		SentPause: cfg.SentPause(), Logger: logger, Now: seamNow}
+	if seamEngine != nil {
+		return seamEngine(engineStore, o)
+	}
+	return oncely.New(engineStore, o)
 }
 
 // wiredAction is the action the function runs, with what the router needs
@@ -428,7 +434,7 @@ func (l *lazyURL) Do(ctx context.Context, ev action.Event) (action.Result, error
 	if n == nil {
 		u, err := l.doc.Get(ctx)
 		if err != nil {
-			return action.Result{}, idem.Transient(fmt.Errorf("notify: the downstream URL's secret is not read yet: %w", err))
+			return action.Result{}, oncely.Transient(fmt.Errorf("notify: the downstream URL's secret is not read yet: %w", err))
 		}
 		n = l.notifier(ctx, u)
 	}
@@ -457,7 +463,7 @@ func (l *lazyURL) notifier(ctx context.Context, u string) *notify.Notifier {
 // firstInvoke is the router's FirstInvoke: Lambda does not show the
 // function's timeout at init; the first invocation does. It says once if a
 // request cannot fit in it.
-func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(context.Context, time.Duration) {
+func (a wiredAction) firstInvoke(budget oncely.Budget, logger *slog.Logger) func(context.Context, time.Duration) {
 	return func(ctx context.Context, timeout time.Duration) {
 		if a.notifier == nil {
 			return
@@ -470,31 +476,38 @@ func (a wiredAction) firstInvoke(budget idem.Budget, logger *slog.Logger) func(c
 
 // adapters builds the SQS and HTTP adapters around the engine and the
 // action. The queue path is the public sqsbatch's, on the same engine.
-func adapters(cfg config.Config, engine *idem.Engine, act action.Func, webhooks *httpapi.Webhooks, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *httpapi.Handler, error) {
+func adapters(cfg config.Config, engine *oncely.Engine, act action.Func, webhooks *receiving.Options, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *eventsapi.Handler, *receiving.Handler, error) {
 	var backoff *sqsbatch.Backoff
 	if !cfg.QueueBackoff.Off {
 		backoff = &sqsbatch.Backoff{SQS: sqsClient, Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max}
 	}
-	public := engineref.Wrap(engine).(*oncely.Engine)
-	sqsHandler, err := queue.New(public, cfg.Keys, act, sqsbatch.Options{
+	sqsHandler, err := queue.New(engine, cfg.Keys, act, sqsbatch.Options{
 		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, Backoff: backoff,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Webhooks: webhooks, Logger: logger, Now: seamNow})
+	api, err := eventsapi.New(eventsapi.Options{Engine: engine, Action: act, MaxBodyBytes: cfg.MaxBodyBytes, JWTIssuer: cfg.JWTIssuer, Logger: logger, Now: seamNow})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return sqsHandler, api, nil
+	if webhooks == nil {
+		return sqsHandler, api, nil, nil
+	}
+	webhooks.Engine, webhooks.MaxBodyBytes, webhooks.Logger, webhooks.Now = engine, cfg.MaxBodyBytes, logger, seamNow
+	hooks, err := receiving.New(*webhooks)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return sqsHandler, api, hooks, nil
 }
 
-// receiving wires the receiving route POST /webhooks/{source}, or returns
+// receivingRoute wires the receiving route POST /webhooks/{source}, or returns
 // nil when it is off, with the sources' first read for init: a missing
 // secret, a missing permission or a value that does not parse fails the
 // init with one line; an outage does not, and the route answers 503 with
 // Retry-After until a read succeeds.
-func receiving(in config.Inbound, secrets secretsource.API, queue *sqs.Client, logger *slog.Logger) (*httpapi.Webhooks, *secretsource.Document[*inbound.Sources], []initRead) {
+func receivingRoute(in config.Inbound, secrets secretsource.API, queue *sqs.Client, logger *slog.Logger) (*receiving.Options, *secretsource.Document[*inbound.Sources], []initRead) {
 	if !in.On {
 		return nil, nil, nil
 	}
@@ -509,5 +522,5 @@ func receiving(in config.Inbound, secrets secretsource.API, queue *sqs.Client, l
 			logger.Info("inbound webhook sources", "sources", s.Names())
 		}
 	}}
-	return &httpapi.Webhooks{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, []initRead{read}
+	return &receiving.Options{Sources: sources, Queue: sqssend.New(queue, in.QueueURL), MaxMessageBytes: sqssend.MaxMessageBytes, Tolerance: in.Tolerance}, sources, []initRead{read}
 }

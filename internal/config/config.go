@@ -121,7 +121,7 @@ type Config struct {
 	DownstreamURL       string
 	DownstreamURLSecret string
 	// JWTIssuer is the issuer the API's JWT authorizer accepts (see
-	// httpapi.Options.JWTIssuer).
+	// apigw.Options.JWTIssuer).
 	JWTIssuer         string
 	NotifyTimeout     time.Duration
 	TransientStatuses map[int]bool

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/apigw"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -20,7 +21,8 @@ import (
 
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/engineref"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/notify"
 )
 
@@ -143,7 +145,7 @@ func TestRecordWrittenBeforeTheDeployReplaysByteForByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	h, err := httpapi.New(httpapi.Options{Engine: engineOn(t, e.store), Logger: slog.New(slog.DiscardHandler),
+	h, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engineOn(t, e.store)).(*oncely.Engine), Logger: slog.New(slog.DiscardHandler),
 		Action: func(context.Context, action.Event) (action.Result, error) { ran = true; return action.Result{}, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,8 @@ import (
 	"testing"
 
 	"github.com/oncely/oncely/internal/config"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/eventsapi"
+	"github.com/oncely/oncely/internal/receiving"
 )
 
 // The invariants of the receiving route POST /webhooks/{source}
@@ -41,20 +42,20 @@ func TestInboundWebhooksTemplate(t *testing.T) {
 	})
 
 	t.Run("the receiving route is the one without an authorizer", func(t *testing.T) {
-		if _, listed := unauthenticatedRoutes[httpapi.WebhookRouteKey]; !listed || len(unauthenticatedRoutes) != 1 {
-			t.Errorf("unauthenticatedRoutes %v; want exactly %s", unauthenticatedRoutes, httpapi.WebhookRouteKey)
+		if _, listed := unauthenticatedRoutes[receiving.WebhookRouteKey]; !listed || len(unauthenticatedRoutes) != 1 {
+			t.Errorf("unauthenticatedRoutes %v; want exactly %s", unauthenticatedRoutes, receiving.WebhookRouteKey)
 		}
 		var hooks, events []string
 		for _, r := range tpl.ofType("AWS::ApiGatewayV2::Route") {
 			switch str(get(tpl.props(r), "RouteKey")) {
-			case httpapi.WebhookRouteKey:
+			case receiving.WebhookRouteKey:
 				hooks = append(hooks, r)
-			case httpapi.RouteKey:
+			case eventsapi.RouteKey:
 				events = append(events, r)
 			}
 		}
 		if len(hooks) != 1 || len(events) != 1 {
-			t.Fatalf("routes %q for %s and %q for %s; want one of each", hooks, httpapi.WebhookRouteKey, events, httpapi.RouteKey)
+			t.Fatalf("routes %q for %s and %q for %s; want one of each", hooks, receiving.WebhookRouteKey, events, eventsapi.RouteKey)
 		}
 		hook, p := hooks[0], tpl.props(hooks[0])
 		for _, mode := range []string{"AWS_IAM", "JWT", "NONE"} {

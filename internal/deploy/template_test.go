@@ -20,9 +20,9 @@ import (
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/emf"
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/ledger"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/sqssend"
@@ -42,7 +42,7 @@ const (
 // exempt from the authorizer check and from the NONE acknowledgement
 // (PublicApiNeedsAcknowledgement): its callers are not anonymous.
 var unauthenticatedRoutes = map[string]string{
-	httpapi.WebhookRouteKey: "the API function verifies each delivery's signature with its sender's secret (package inbound) before it queues anything; created only with InboundWebhooks=on",
+	receiving.WebhookRouteKey: "the API function verifies each delivery's signature with its sender's secret (package inbound) before it queues anything; created only with InboundWebhooks=on",
 }
 
 // eventSourceMappingActions are what Lambda's SQS event source mapping
@@ -273,7 +273,7 @@ func TestTemplate(t *testing.T) {
 			{router.MetricSigningKeyIgnored, router.SourceHTTP, "an invalid pending or previous signing key is ignored, not fatal"},
 			{router.MetricSecretRefreshFailed, router.SourceSQS, "a failed re-read keeps the old keys, silently but for this"},
 			{router.MetricSecretRefreshFailed, router.SourceHTTP, "a failed re-read keeps the old keys, silently but for this"},
-			{string(httpapi.WebhookQueueFailed), router.SourceWebhook, "GitHub does not retry a delivery answered 5xx"},
+			{string(receiving.WebhookQueueFailed), router.SourceWebhook, "GitHub does not retry a delivery answered 5xx"},
 			{router.MetricSecretRefreshFailed, router.SourceWebhook, "a failed re-read of the sources keeps the old ones, silently but for this"},
 		} {
 			if !watched[w.metric+" "+w.source] {

@@ -45,14 +45,25 @@ func TestEveryEngineSettingIsWired(t *testing.T) {
 			return err
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			// The ready function builds its engine through the library, as
+			// a team does: oncely.New(store, oncely.Options{...}) sets the
+			// store and the fields of the same names (oncely.New hands
+			// them to idem.Options, one for one).
+			if call, ok := n.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "New" {
+					if x, ok := sel.X.(*ast.Ident); ok && x.Name == "oncely" {
+						set["Options.Store"] = true
+					}
+				}
+			}
 			lit, ok := n.(*ast.CompositeLit)
 			if !ok {
 				return true
 			}
 			name := ""
 			switch ty := lit.Type.(type) {
-			case *ast.SelectorExpr: // idem.Options{...} elsewhere
-				if x, ok := ty.X.(*ast.Ident); ok && x.Name == "idem" {
+			case *ast.SelectorExpr: // idem.Options{...} or oncely.Options{...} elsewhere
+				if x, ok := ty.X.(*ast.Ident); ok && (x.Name == "idem" || x.Name == "oncely" && (ty.Sel.Name == "Options" || ty.Sel.Name == "RetryPolicy")) {
 					name = ty.Sel.Name
 				}
 			case *ast.Ident: // Options{...} inside package idem

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/faults"
 	"github.com/oncely/oncely/internal/testing/webhooksender"
@@ -81,9 +81,9 @@ func TestE2ESecretsManagerDownAtColdStart(t *testing.T) {
 	}
 	webhook := func() events.APIGatewayV2HTTPResponse {
 		t.Helper()
-		req := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: httpapi.WebhookRouteKey, RawPath: "/webhooks/acme",
+		req := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: receiving.WebhookRouteKey, RawPath: "/webhooks/acme",
 			PathParameters: map[string]string{"source": "acme"}, Headers: map[string]string{"content-type": "application/json"}, Body: `{}`,
-			RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: httpapi.WebhookRouteKey, RequestID: "req-webhook",
+			RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: receiving.WebhookRouteKey, RequestID: "req-webhook",
 				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/acme"}}}
 		payload, _ := json.Marshal(req)
 		raw, err := f.emu.Invoke(ctx, payload)

@@ -21,7 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/oncely/oncely/internal/ddbstore"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/esm"
 	"github.com/oncely/oncely/internal/testing/rie"
@@ -153,9 +153,9 @@ func (r *receiver) post(name, source string, headers map[string]string, body []b
 	for k, v := range headers {
 		h[strings.ToLower(k)] = v // HTTP API payload 2.0 lower-cases header names
 	}
-	req := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: httpapi.WebhookRouteKey, RawPath: "/webhooks/" + source,
+	req := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: receiving.WebhookRouteKey, RawPath: "/webhooks/" + source,
 		PathParameters: map[string]string{"source": source}, Headers: h, Body: string(body),
-		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: httpapi.WebhookRouteKey, RequestID: "req-" + name,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: receiving.WebhookRouteKey, RequestID: "req-" + name,
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/" + source}}}
 	payload, _ := json.Marshal(req)
 	before := r.depth()

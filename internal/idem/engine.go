@@ -684,7 +684,7 @@ func (e *Engine) storeError(ctx context.Context, op, key string, err error) *Err
 //	}
 //
 // and then holds at most n+len("…") bytes. It is the one truncator of the
-// project; opsctl, httpapi and the adapters use it.
+// project; opsctl and the adapters use it.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -1,18 +1,10 @@
 package idem
 
 import (
-	"errors"
 	"log/slog"
+
+	"github.com/oncely/oncely/driver"
 )
 
-// StoreAttr is the log attribute "store" that describes a store error the
-// way its driver chose: the first slog.LogValuer in the error's chain
-// (ddbstore's CallError gives the table, the operation and DynamoDB's error
-// code). Without one it is the empty Attr, which handlers leave out.
-func StoreAttr(err error) slog.Attr {
-	var lv slog.LogValuer
-	if errors.As(err, &lv) {
-		return slog.Any("store", lv)
-	}
-	return slog.Attr{}
-}
+// StoreAttr is driver.StoreAttr.
+func StoreAttr(err error) slog.Attr { return driver.StoreAttr(err) }

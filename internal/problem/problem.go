@@ -1,7 +1,9 @@
 // Package problem answers API Gateway requests with RFC 9457 problem
 // details documents: the one shape of every refusal and failure the API
-// adapters give (package apigw's, and the ready function's receiving
-// route), so that a replayed failure is byte-identical to the first.
+// adapters give (package apigw's, and the ready function's routes), so
+// that a replayed failure is byte-identical to the first. It also holds
+// what those adapters read of a request the same way: its body within a
+// limit, a header, its declared type, and its route.
 package problem
 
 import (
@@ -129,4 +131,37 @@ func Header(headers map[string]string, name string) string {
 		}
 	}
 	return ""
+}
+
+// RouteKeyOf is the route API Gateway matched.
+func RouteKeyOf(req events.APIGatewayV2HTTPRequest) string {
+	if req.RouteKey != "" {
+		return req.RouteKey
+	}
+	return req.RequestContext.RouteKey
+}
+
+// MethodAndPath returns the request's method and path as the route check
+// reads them: from a matched route's key (for an ANY route, with the
+// request's method), or for the catch-all $default route from the request,
+// without a named stage's prefix (rawPath carries it).
+func MethodAndPath(req events.APIGatewayV2HTTPRequest) (method, path string) {
+	switch routeKey := RouteKeyOf(req); routeKey {
+	case "$default", "":
+		method, path = req.RequestContext.HTTP.Method, req.RawPath
+		if path == "" {
+			path = req.RequestContext.HTTP.Path
+		}
+		if stage := req.RequestContext.Stage; stage != "" && stage != "$default" {
+			if rest, ok := strings.CutPrefix(path, "/"+stage); ok && (rest == "" || rest[0] == '/') {
+				path = rest
+			}
+		}
+	default:
+		method, path, _ = strings.Cut(routeKey, " ")
+		if method == "ANY" {
+			method = req.RequestContext.HTTP.Method
+		}
+	}
+	return method, path
 }

@@ -23,10 +23,11 @@ import (
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/engineref"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/queue"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/fakewebhook"
@@ -80,7 +81,7 @@ type harnessOptions struct {
 	notifyTimeout time.Duration
 	payloadExpr   string
 	visibility    sqsbatch.VisibilityAPI
-	webhooks      *httpapi.Webhooks
+	webhooks      *receiving.Options
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
@@ -150,11 +151,17 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, JWTIssuer: "https://issuer.example", Logger: logger, Webhooks: o.webhooks})
+	api, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: act, JWTIssuer: "https://issuer.example", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.router = &router.Router{SQS: sqs, HTTP: api, Function: namespace, Metrics: h.metrics, Logger: logger}
+	if o.webhooks != nil {
+		o.webhooks.Engine, o.webhooks.Logger = engineref.Wrap(engine).(*oncely.Engine), logger
+		if h.router.Receiving, err = receiving.New(*o.webhooks); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h.counter.Reset()
 	return h
 }

@@ -19,10 +19,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncely/oncely/driver"
 	"github.com/oncely/oncely/internal/emf"
-	"github.com/oncely/oncely/internal/httpapi"
-	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/queue"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/secretsource"
 )
 
@@ -59,8 +60,8 @@ const (
 // Metrics are the count metrics of the SQS and HTTP documents: one per
 // label, MetricVisibilityFailed and the signing secret's two.
 func Metrics() []string {
-	names := make([]string, 0, len(idem.Labels)+3)
-	for _, l := range idem.Labels {
+	names := make([]string, 0, len(driver.Labels)+3)
+	for _, l := range driver.Labels {
 		names = append(names, string(l))
 	}
 	return append(names, MetricVisibilityFailed, MetricSigningKeyIgnored, MetricSecretRefreshFailed)
@@ -76,8 +77,8 @@ type SecretHealth interface {
 // outcome of the receiving route, and MetricSecretRefreshFailed (the
 // inbound sources secret's).
 func WebhookMetrics() []string {
-	names := make([]string, 0, len(httpapi.WebhookOutcomes)+1)
-	for _, o := range httpapi.WebhookOutcomes {
+	names := make([]string, 0, len(receiving.WebhookOutcomes)+1)
+	for _, o := range receiving.WebhookOutcomes {
 		names = append(names, string(o))
 	}
 	return append(names, MetricSecretRefreshFailed)
@@ -107,9 +108,12 @@ var (
 // fields are set once, before the first invocation; each invocation's
 // counts are its own.
 type Router struct {
-	SQS      *queue.Handler
-	HTTP     *httpapi.Handler
-	Function string // the FunctionName dimension
+	SQS  *queue.Handler
+	HTTP *eventsapi.Handler // POST /events
+	// Receiving, if set, serves the receiving route POST
+	// /webhooks/{source}; nil leaves it off (404, like any other route).
+	Receiving *receiving.Handler
+	Function  string // the FunctionName dimension
 	// Metrics receives the EMF documents (stdout in Lambda), each in one
 	// Write: with concurrent invocations it must keep concurrent Writes
 	// whole, as an *os.File does. Nil writes none.
@@ -230,11 +234,14 @@ func (r *Router) handleSQS(ctx context.Context, records []events.SQSMessage, cou
 // handleHTTP hands a request to the HTTP adapter and counts its label, or
 // its webhook outcome; the source says which route answered.
 func (r *Router) handleHTTP(ctx context.Context, req events.APIGatewayV2HTTPRequest, counts *emf.Counts) (string, any) {
-	resp, res := r.HTTP.Handle(ctx, req)
-	if res.Webhook != "" {
-		counts.Add(string(res.Webhook))
-		return SourceWebhook, resp
+	if r.Receiving != nil {
+		if _, _, ok := receiving.Route(req); ok {
+			resp, res := r.Receiving.Handle(ctx, req)
+			counts.Add(string(res.Outcome))
+			return SourceWebhook, resp
+		}
 	}
+	resp, res := r.HTTP.Handle(ctx, req)
 	counts.Add(string(res.Label))
 	return SourceHTTP, resp
 }

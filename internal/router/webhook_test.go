@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncely/oncely/internal/httpapi"
 	"github.com/oncely/oncely/internal/inbound"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/router"
 	"github.com/oncely/oncely/internal/secretsource"
 	"github.com/oncely/oncely/internal/testing/webhooksender"
@@ -49,16 +49,16 @@ func TestWebhookDeliveryQueuedThenDeliveredOnce(t *testing.T) {
 	}
 	q := &memQueue{}
 	h := newHarness(t, func(o *harnessOptions) {
-		o.webhooks = &httpapi.Webhooks{Sources: fixedSources{srcs}, Queue: q, MaxMessageBytes: 1 << 20}
+		o.webhooks = &receiving.Options{Sources: fixedSources{srcs}, Queue: q, MaxMessageBytes: 1 << 20}
 	})
 	body := `{"type":"invoice.paid","amount":4200}`
 	post := func(at time.Time) events.APIGatewayV2HTTPResponse {
 		t.Helper()
 		headers := webhooksender.StandardWebhooks("msg_1", at, []byte(body), key)
 		headers["content-type"] = "application/json"
-		req := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: httpapi.WebhookRouteKey, RawPath: "/webhooks/acme",
+		req := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: receiving.WebhookRouteKey, RawPath: "/webhooks/acme",
 			PathParameters: map[string]string{"source": "acme"}, Headers: headers, Body: body,
-			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: httpapi.WebhookRouteKey, RequestID: "r1",
+			RequestContext: events.APIGatewayV2HTTPRequestContext{RouteKey: receiving.WebhookRouteKey, RequestID: "r1",
 				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/acme"}}}
 		payload, _ := json.Marshal(req)
 		out, err := h.router.Invoke(context.Background(), payload)

@@ -1,4 +1,4 @@
-package httpapi_test
+package eventsapi_test
 
 import (
 	"context"
@@ -11,19 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/apigw"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/engineref"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/memstore"
 )
 
 type fixture struct {
-	h      *httpapi.Handler
+	h      *eventsapi.Handler
 	engine *idem.Engine
 	store  *countingStore
 	calls  atomic.Int64
@@ -71,7 +73,7 @@ func newFixture(t *testing.T) *fixture {
 		return action.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil
 	}
 	f.engine = engine
-	f.h, err = httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
+	f.h, err = eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +342,7 @@ func TestTheLogLineHasOneRequestIdTheInvocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := httpapi.New(httpapi.Options{Engine: engine, Logger: slog.New(lambdaIDHandler{slog.NewJSONHandler(&buf, nil)}),
+	h, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Logger: slog.New(lambdaIDHandler{slog.NewJSONHandler(&buf, nil)}),
 		Action: func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,10 @@
-// Package httpapi is the ready function's API: POST /events, served by
+// Package eventsapi is the ready function's API: POST /events, served by
 // the public apigw adapter around the configured action (the Idempotency-Key
 // semantics, the caller scope and the statuses are apigw's). Requests are
 // checked before any store call: the route here (404, 405), then by apigw
 // the caller's identity (401), the body's size (413) and declared type
 // (415), the key and the JSON (400).
-//
-// When Options.Webhooks is set it also serves the receiving route POST
-// /webhooks/{source} (webhooks.go): a signed delivery from another service
-// is verified, queued and answered 202, with no store call at all.
-package httpapi
+package eventsapi
 
 import (
 	"context"
@@ -16,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -24,7 +19,6 @@ import (
 	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/apigw"
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/problem"
 )
@@ -39,7 +33,7 @@ const (
 
 // Options configure a Handler. Engine and Action are required.
 type Options struct {
-	Engine *idem.Engine
+	Engine *oncely.Engine
 	Action action.Func
 	// MaxBodyBytes refuses larger bodies with 413. Zero means
 	// idem.DefaultMaxEventBytes.
@@ -49,11 +43,8 @@ type Options struct {
 	// were; a token of any other issuer by its issuer and sub. Empty: every
 	// token is scoped by issuer and sub.
 	JWTIssuer string
-	// Webhooks, if set, serve the receiving route POST /webhooks/{source};
-	// nil leaves it off (404, like any other route).
-	Webhooks *Webhooks
-	Now      func() time.Time
-	Logger   *slog.Logger
+	Now       func() time.Time
+	Logger    *slog.Logger
 }
 
 // Handler serves API Gateway v2 requests. It is safe for concurrent use:
@@ -66,10 +57,7 @@ type Handler struct {
 // New returns a Handler, or an error naming the missing option.
 func New(o Options) (*Handler, error) {
 	if o.Engine == nil || o.Action == nil {
-		return nil, errors.New("httpapi: Options.Engine and Options.Action are required")
-	}
-	if w := o.Webhooks; w != nil && (w.Sources == nil || w.Queue == nil || w.MaxMessageBytes <= 0) {
-		return nil, errors.New("httpapi: Options.Webhooks needs Sources, Queue and MaxMessageBytes")
+		return nil, errors.New("eventsapi: Options.Engine and Options.Action are required")
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = idem.DefaultMaxEventBytes
@@ -81,9 +69,7 @@ func New(o Options) (*Handler, error) {
 		o.Logger = slog.Default()
 	}
 	h := &Handler{o: o}
-	// The product's engine, built with its test seams, as the public
-	// adapter takes it.
-	api, err := apigw.NewV2(engineref.Wrap(o.Engine).(*oncely.Engine), h.work, apigw.Options{MaxBodyBytes: o.MaxBodyBytes, JWTIssuer: o.JWTIssuer})
+	api, err := apigw.NewV2(o.Engine, h.work, apigw.Options{MaxBodyBytes: o.MaxBodyBytes, JWTIssuer: o.JWTIssuer})
 	if err != nil {
 		return nil, err
 	}
@@ -100,9 +86,6 @@ type Result struct {
 	// Error is the failure's whole story, for the log (idem.Error.Detail):
 	// callers get a code and a fixed sentence (see detail).
 	Error string
-	// Webhook is set, instead of Label, for a request on the receiving
-	// route: what happened to the delivery.
-	Webhook WebhookOutcome
 }
 
 // Handle serves one request. Its log line names the API Gateway request
@@ -110,11 +93,6 @@ type Result struct {
 // log handler adds from ctx (under Lambda Managed Instances the lines of
 // concurrent invocations interleave, and that id is what tells them apart).
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
-	if h.o.Webhooks != nil {
-		if source, method, ok := webhookRoute(req); ok {
-			return h.webhook(ctx, req, source, method)
-		}
-	}
 	start := h.o.Now()
 	resp, res := h.handle(ctx, req)
 	h.o.Logger.InfoContext(ctx, "request", "apiRequestId", req.RequestContext.RequestID, "key", res.Key, "outcome", string(res.Label),
@@ -171,10 +149,10 @@ func contentType(r action.Result) string {
 // carry a custom domain's API mapping key; if yours does, the request is
 // refused (404), never served: route POST /events explicitly.
 func checkRoute(req events.APIGatewayV2HTTPRequest) *problem.Problem {
-	if routeKeyOf(req) == RouteKey {
+	if problem.RouteKeyOf(req) == RouteKey {
 		return nil
 	}
-	method, path := methodAndPath(req)
+	method, path := problem.MethodAndPath(req)
 	switch {
 	case path == Path && method == Method:
 		return nil
@@ -183,37 +161,4 @@ func checkRoute(req events.APIGatewayV2HTTPRequest) *problem.Problem {
 	default:
 		return &problem.Problem{Status: 404, Code: idem.CodeNotFound, Detail: fmt.Sprintf("no route for %s %s; this API serves %s", method, path, RouteKey)}
 	}
-}
-
-// routeKeyOf is the route API Gateway matched.
-func routeKeyOf(req events.APIGatewayV2HTTPRequest) string {
-	if req.RouteKey != "" {
-		return req.RouteKey
-	}
-	return req.RequestContext.RouteKey
-}
-
-// methodAndPath returns the request's method and path as the route check
-// reads them: from a matched route's key (for an ANY route, with the
-// request's method), or for the catch-all $default route from the request,
-// without a named stage's prefix (rawPath carries it).
-func methodAndPath(req events.APIGatewayV2HTTPRequest) (method, path string) {
-	switch routeKey := routeKeyOf(req); routeKey {
-	case "$default", "":
-		method, path = req.RequestContext.HTTP.Method, req.RawPath
-		if path == "" {
-			path = req.RequestContext.HTTP.Path
-		}
-		if stage := req.RequestContext.Stage; stage != "" && stage != "$default" {
-			if rest, ok := strings.CutPrefix(path, "/"+stage); ok && (rest == "" || rest[0] == '/') {
-				path = rest
-			}
-		}
-	default:
-		method, path, _ = strings.Cut(routeKey, " ")
-		if method == "ANY" {
-			method = req.RequestContext.HTTP.Method
-		}
-	}
-	return method, path
 }

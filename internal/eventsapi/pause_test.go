@@ -1,4 +1,4 @@
-package httpapi_test
+package eventsapi_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely"
+	"github.com/oncely/oncely/internal/engineref"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/notify"
 	"github.com/oncely/oncely/internal/testing/memstore"
@@ -44,7 +46,7 @@ func TestARetryThatIgnoresRetryAfterGets409WhileTheReceiverWorks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := httpapi.New(httpapi.Options{Engine: engine, Action: n.Do, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: slog.New(slog.DiscardHandler)})
+	h, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: n.Do, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package httpapi_test
+package eventsapi_test
 
 import (
 	"bytes"
@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely/internal/engineref"
+	"github.com/oncely/oncely/internal/eventsapi"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/testing/memstore"
 )
@@ -55,7 +57,7 @@ func TestAnActionThatIgnoresItsContextGets503WithRetryAfter(t *testing.T) {
 		<-release // ignores its context
 		return action.Result{Status: 201, Body: []byte(`{"late":true}`)}, nil
 	}
-	h, err := httpapi.New(httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
+	h, err := eventsapi.New(eventsapi.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), Action: act, MaxBodyBytes: 1024, JWTIssuer: issuer, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,15 @@
-package httpapi
+// Package receiving is the ready function's receiving route, POST
+// /webhooks/{source}: a signed delivery from another service (Standard
+// Webhooks, Stripe, GitHub) is verified, put on the events queue in an
+// envelope, and answered 202. It makes no store call at all: the queue
+// path runs the delivery once, under its own key.
+package receiving
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +18,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncely/oncely"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/problem"
@@ -20,16 +28,18 @@ import (
 // The receiving route: senders POST their deliveries to
 // /webhooks/<source name>.
 const (
+	Method               = "POST"
 	WebhookRouteKey      = Method + " /webhooks/{source}"
 	WebhookPathPrefix    = "/webhooks/"
 	WebhookPathParameter = "source"
 )
 
-// Webhooks configure the receiving route POST /webhooks/{source}. Senders
+// Options configure the receiving route POST /webhooks/{source}. Senders
 // cannot sign with SigV4, so the route has no API Gateway authorizer: the
 // handler verifies the sender's signature before anything else is done
-// with the delivery, and makes no store call at all.
-type Webhooks struct {
+// with the delivery, and makes no store call at all. Sources, Queue,
+// MaxMessageBytes and Engine are required.
+type Options struct {
 	// Sources returns the configured senders (a secretsource.Document of
 	// inbound.ParseSources in the function).
 	Sources SourceSet
@@ -42,6 +52,46 @@ type Webhooks struct {
 	// Tolerance is how far a signed timestamp may be from now. Zero means
 	// inbound.DefaultTolerance.
 	Tolerance time.Duration
+	// MaxBodyBytes is what the queue path accepts (MAX_BODY_BYTES): a
+	// larger envelope is refused with 413. Zero means 1 MiB.
+	MaxBodyBytes int
+	// Engine is the queue path's: the queue call ends within its budget.
+	Engine *oncely.Engine
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Handler serves the receiving route. It is safe for concurrent use.
+type Handler struct {
+	o      Options
+	budget idem.Budget
+}
+
+// New returns a Handler, or an error naming what is missing.
+func New(o Options) (*Handler, error) {
+	ie := engineref.Idem(o.Engine)
+	if o.Sources == nil || o.Queue == nil || o.MaxMessageBytes <= 0 || ie == nil {
+		return nil, errors.New("receiving: Options needs Sources, Queue, MaxMessageBytes and Engine")
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = idem.DefaultMaxEventBytes
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Handler{o: o, budget: ie.Budget()}, nil
+}
+
+// Result says what happened to one delivery.
+type Result struct {
+	Outcome WebhookOutcome
+	Code    idem.Code
+	Key     string
+	// Error is the refusal's or the failure's whole story, for the log.
+	Error string
 }
 
 // SourceSet gives the configured sources.
@@ -103,13 +153,13 @@ var webhookStatus = map[idem.Code]struct {
 	idem.CodeUnsupportedMediaType:      {415, WebhookInvalid},
 }
 
-// webhookRoute reports whether req is for the receiving route, and which
-// source it names.
-func webhookRoute(req events.APIGatewayV2HTTPRequest) (source, method string, ok bool) {
-	if routeKeyOf(req) == WebhookRouteKey {
+// Route reports whether req is for the receiving route, and which source
+// it names.
+func Route(req events.APIGatewayV2HTTPRequest) (source, method string, ok bool) {
+	if problem.RouteKeyOf(req) == WebhookRouteKey {
 		return req.PathParameters[WebhookPathParameter], req.RequestContext.HTTP.Method, true
 	}
-	method, path := methodAndPath(req)
+	method, path := problem.MethodAndPath(req)
 	source, ok = strings.CutPrefix(path, WebhookPathPrefix)
 	if !ok || source == "" || strings.Contains(source, "/") {
 		return "", "", false
@@ -125,8 +175,13 @@ type delivery struct {
 	err                        string
 }
 
-// webhook serves one request on the receiving route and logs it.
-func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPRequest, source, method string) (events.APIGatewayV2HTTPResponse, Result) {
+// Handle serves one request on the receiving route (see Route) and logs it.
+func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, Result) {
+	source, method, ok := Route(req)
+	if !ok {
+		p := problem.Problem{Status: 404, Code: idem.CodeNotFound, Detail: "no route for this request on " + WebhookPathPrefix + "<source>"}
+		return p.Response(), Result{Outcome: WebhookInvalid, Code: p.Code, Error: p.Detail}
+	}
 	start := h.o.Now()
 	resp, d := h.receive(ctx, req, source, method)
 	outcome := WebhookQueued
@@ -148,7 +203,7 @@ func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPReques
 		"delivery_id", clip(d.id, 128), "verified", d.verified, "outcome", string(outcome), "code", string(d.code),
 		"status", resp.StatusCode, "key", d.key, "queued_message_id", d.messageID, "error", d.err,
 		"duration_ms", float64(h.o.Now().Sub(start).Microseconds())/1000)
-	return resp, Result{Webhook: outcome, Code: d.code, Key: d.key, Error: d.err}
+	return resp, Result{Outcome: outcome, Code: d.code, Key: d.key, Error: d.err}
 }
 
 // receive verifies one delivery and queues its envelope. Nothing is stored;
@@ -181,7 +236,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if p != nil {
 		return nil, p
 	}
-	limit := min(h.o.MaxBodyBytes, h.o.Webhooks.MaxMessageBytes)
+	limit := min(h.o.MaxBodyBytes, h.o.MaxMessageBytes)
 	body, p := problem.DecodeBody(req, limit)
 	if p != nil {
 		// Too large (refused before the signature is computed) or not
@@ -189,7 +244,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		p.Cause = "the body was refused before verification"
 		return nil, p
 	}
-	dv, err := src.Verify(req.Headers, body, h.o.Now(), h.o.Webhooks.Tolerance)
+	dv, err := src.Verify(req.Headers, body, h.o.Now(), h.o.Tolerance)
 	d.id = dv.ID
 	if err != nil {
 		e := err.(*idem.Error) // Verify's errors are all *idem.Error
@@ -211,7 +266,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayV2HTTPRequest
 
 // source returns the configured source of that name.
 func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *problem.Problem) {
-	sources, err := h.o.Webhooks.Sources.Get(ctx)
+	sources, err := h.o.Sources.Get(ctx)
 	if err != nil {
 		return nil, &problem.Problem{Status: 503, Code: idem.CodeInboundUnavailable, Detail: "the webhook sources could not be read; nothing was queued: retry later", RetryAfter: time.Second, Cause: err.Error()}
 	}
@@ -228,10 +283,10 @@ func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *pr
 
 // enqueue queues a verified delivery's envelope, within the call budget.
 func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem.Problem {
-	sctx, cancel := h.o.Engine.Budget().CallContext(ctx)
+	sctx, cancel := h.budget.CallContext(ctx)
 	defer cancel()
 	var err error
-	d.messageID, err = h.o.Webhooks.Queue.Send(sctx, env)
+	d.messageID, err = h.o.Queue.Send(sctx, env)
 	switch {
 	case err == nil:
 		return nil

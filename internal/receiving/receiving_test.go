@@ -1,4 +1,4 @@
-package httpapi_test
+package receiving_test
 
 import (
 	"bytes"
@@ -9,15 +9,17 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncely/oncely/internal/action"
-	"github.com/oncely/oncely/internal/httpapi"
+	"github.com/oncely/oncely"
+	"github.com/oncely/oncely/internal/engineref"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
+	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/testing/memstore"
 	"github.com/oncely/oncely/internal/testing/webhooksender"
 )
@@ -56,13 +58,13 @@ func (q *queue) Send(_ context.Context, body []byte) (string, error) {
 }
 
 type hookFixture struct {
-	h     *httpapi.Handler
+	h     *receiving.Handler
 	q     *queue
 	store *countingStore
 	logs  *bytes.Buffer
 }
 
-func newHookFixture(t *testing.T, mod func(*httpapi.Options)) *hookFixture {
+func newHookFixture(t *testing.T, mod func(*receiving.Options)) *hookFixture {
 	t.Helper()
 	srcs, err := inbound.ParseSources(hookSecrets)
 	if err != nil {
@@ -73,17 +75,12 @@ func newHookFixture(t *testing.T, mod func(*httpapi.Options)) *hookFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	act := func(context.Context, action.Event) (action.Result, error) {
-		t.Error("the action ran on the receiving route")
-		return action.Result{}, nil
-	}
-	o := httpapi.Options{Engine: engine, Action: act, MaxBodyBytes: 2048, Logger: slog.New(slog.NewJSONHandler(f.logs, nil)),
-		Now:      func() time.Time { return hookNow },
-		Webhooks: &httpapi.Webhooks{Sources: staticSources{s: srcs}, Queue: f.q, MaxMessageBytes: 4096}}
+	o := receiving.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), MaxBodyBytes: 2048, Logger: slog.New(slog.NewJSONHandler(f.logs, nil)),
+		Now: func() time.Time { return hookNow }, Sources: staticSources{s: srcs}, Queue: f.q, MaxMessageBytes: 4096}
 	if mod != nil {
 		mod(&o)
 	}
-	if f.h, err = httpapi.New(o); err != nil {
+	if f.h, err = receiving.New(o); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -97,9 +94,9 @@ func hook(source string, headers map[string]string, body string, mods ...func(*e
 		h[strings.ToLower(k)] = v
 	}
 	r := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: httpapi.WebhookRouteKey, RawPath: "/webhooks/" + source, Headers: h, Body: body,
+		Version: "2.0", RouteKey: receiving.WebhookRouteKey, RawPath: "/webhooks/" + source, Headers: h, Body: body,
 		PathParameters: map[string]string{"source": source},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: httpapi.WebhookRouteKey, RequestID: "r1",
+		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default", RouteKey: receiving.WebhookRouteKey, RequestID: "r1",
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/" + source}},
 	}
 	for _, m := range mods {
@@ -124,49 +121,49 @@ func TestWebhookResponses(t *testing.T) {
 	tests := []struct {
 		name    string
 		req     events.APIGatewayV2HTTPRequest
-		mod     func(*httpapi.Options)
+		mod     func(*receiving.Options)
 		status  int
 		code    idem.Code
-		outcome httpapi.WebhookOutcome
+		outcome receiving.WebhookOutcome
 		key     string
 	}{
-		{name: "standard webhooks: queued", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), status: 202, outcome: httpapi.WebhookQueued, key: "wh:acme:msg_1"},
-		{name: "stripe: queued", req: hook("pay", map[string]string{"Stripe-Signature": webhooksender.Stripe(hookNow, []byte(stripeBody), "whsec_stripe_endpoint_secret_0001")}, stripeBody), status: 202, outcome: httpapi.WebhookQueued, key: "wh:pay:evt_1"},
-		{name: "github: queued", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody)), "X-GitHub-Delivery": "d-1"}, ghBody), status: 202, outcome: httpapi.WebhookQueued, key: "wh:gh:d-1"},
-		{name: "a base64-encoded body is verified as its bytes", req: hook("acme", signedSW("msg_2", swBody, hookNow), base64.StdEncoding.EncodeToString([]byte(swBody)), func(r *events.APIGatewayV2HTTPRequest) { r.IsBase64Encoded = true }), status: 202, outcome: httpapi.WebhookQueued, key: "wh:acme:msg_2"},
+		{name: "standard webhooks: queued", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:acme:msg_1"},
+		{name: "stripe: queued", req: hook("pay", map[string]string{"Stripe-Signature": webhooksender.Stripe(hookNow, []byte(stripeBody), "whsec_stripe_endpoint_secret_0001")}, stripeBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:pay:evt_1"},
+		{name: "github: queued", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody)), "X-GitHub-Delivery": "d-1"}, ghBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:gh:d-1"},
+		{name: "a base64-encoded body is verified as its bytes", req: hook("acme", signedSW("msg_2", swBody, hookNow), base64.StdEncoding.EncodeToString([]byte(swBody)), func(r *events.APIGatewayV2HTTPRequest) { r.IsBase64Encoded = true }), status: 202, outcome: receiving.WebhookQueued, key: "wh:acme:msg_2"},
 		{name: "$default route, named stage", req: hook("acme", signedSW("msg_3", swBody, hookNow), swBody, func(r *events.APIGatewayV2HTTPRequest) {
 			r.RouteKey, r.RequestContext.RouteKey, r.RequestContext.Stage, r.RawPath, r.PathParameters = "$default", "$default", "prod", "/prod/webhooks/acme", nil
-		}), status: 202, outcome: httpapi.WebhookQueued, key: "wh:acme:msg_3"},
-		{name: "no signature", req: hook("acme", nil, swBody), status: 401, code: idem.CodeSignatureMissing, outcome: httpapi.WebhookRefused},
-		{name: "wrong secret", req: hook("acme", webhooksender.StandardWebhooks("msg_1", hookNow, []byte(swBody), []byte("not-the-key-not-the-key-!")), swBody), status: 401, code: idem.CodeSignatureMismatch, outcome: httpapi.WebhookRefused},
-		{name: "tampered body", req: hook("acme", signedSW("msg_1", swBody, hookNow), strings.Replace(swBody, "4200", "9999", 1)), status: 401, code: idem.CodeSignatureMismatch, outcome: httpapi.WebhookRefused},
-		{name: "stale timestamp", req: hook("acme", signedSW("msg_1", swBody, hookNow.Add(-10*time.Minute)), swBody), status: 401, code: idem.CodeTimestampOutsideTolerance, outcome: httpapi.WebhookRefused},
-		{name: "malformed signature", req: hook("pay", map[string]string{"Stripe-Signature": "v1=abc"}, stripeBody), status: 401, code: idem.CodeSignatureMalformed, outcome: httpapi.WebhookRefused},
-		{name: "unknown source", req: hook("nobody", signedSW("msg_1", swBody, hookNow), swBody), status: 404, code: idem.CodeUnknownSource, outcome: httpapi.WebhookUnknownSource},
-		{name: "another method", req: hook("acme", nil, "", func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.HTTP.Method = "GET" }), status: 405, code: idem.CodeMethodNotAllowed, outcome: httpapi.WebhookInvalid},
-		{name: "body over the limit, refused before verifying", req: hook("acme", signedSW("msg_1", big, hookNow), big), status: 413, code: idem.CodeTooLarge, outcome: httpapi.WebhookTooLarge},
-		{name: "envelope over the limit", req: hook("acme", signedSW("msg_1", nearLimit, hookNow), nearLimit), status: 413, code: idem.CodeTooLarge, outcome: httpapi.WebhookTooLarge, key: "wh:acme:msg_1"},
-		{name: "the queue's limit is lower", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) { o.Webhooks.MaxMessageBytes = 64 }, status: 413, code: idem.CodeTooLarge, outcome: httpapi.WebhookTooLarge, key: "wh:acme:msg_1"},
-		{name: "authentic, not JSON", req: hook("acme", signedSW("msg_1", "a=1", hookNow), "a=1"), status: 400, code: idem.CodeInvalidPayload, outcome: httpapi.WebhookInvalid},
-		{name: "authentic, form-encoded (GitHub's other content type)", req: hook("gh", map[string]string{"Content-Type": "application/x-www-form-urlencoded", "X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte("payload=%7B%7D")), "X-GitHub-Delivery": "d-1"}, "payload=%7B%7D"), status: 415, code: idem.CodeUnsupportedMediaType, outcome: httpapi.WebhookInvalid},
-		{name: "authentic, no delivery id", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody))}, ghBody), status: 400, code: idem.CodeKeyMissing, outcome: httpapi.WebhookInvalid},
-		{name: "authentic, delivery id unfit for a key", req: hook("acme", signedSW("msg/1", swBody, hookNow), swBody), status: 400, code: idem.CodeInvalidKey, outcome: httpapi.WebhookInvalid},
-		{name: "queue unavailable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
-			o.Webhooks.Queue = &queue{err: idem.Transient(errors.New("sqs: connection reset by sqs.us-east-1.amazonaws.com"))}
-		}, status: 503, code: idem.CodeInboundUnavailable, outcome: httpapi.WebhookQueueFailed, key: "wh:acme:msg_1"},
-		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
-			o.Webhooks.Queue = &queue{err: idem.Permanent(errors.New("sqs: access to https://sqs.us-east-1.amazonaws.com/1/q denied"))}
-		}, status: 500, code: idem.CodeInboundUnavailable, outcome: httpapi.WebhookQueueFailed, key: "wh:acme:msg_1"},
-		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
-			o.Webhooks.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
-		}, status: 503, code: idem.CodeInboundUnavailable, outcome: httpapi.WebhookQueueFailed},
+		}), status: 202, outcome: receiving.WebhookQueued, key: "wh:acme:msg_3"},
+		{name: "no signature", req: hook("acme", nil, swBody), status: 401, code: idem.CodeSignatureMissing, outcome: receiving.WebhookRefused},
+		{name: "wrong secret", req: hook("acme", webhooksender.StandardWebhooks("msg_1", hookNow, []byte(swBody), []byte("not-the-key-not-the-key-!")), swBody), status: 401, code: idem.CodeSignatureMismatch, outcome: receiving.WebhookRefused},
+		{name: "tampered body", req: hook("acme", signedSW("msg_1", swBody, hookNow), strings.Replace(swBody, "4200", "9999", 1)), status: 401, code: idem.CodeSignatureMismatch, outcome: receiving.WebhookRefused},
+		{name: "stale timestamp", req: hook("acme", signedSW("msg_1", swBody, hookNow.Add(-10*time.Minute)), swBody), status: 401, code: idem.CodeTimestampOutsideTolerance, outcome: receiving.WebhookRefused},
+		{name: "malformed signature", req: hook("pay", map[string]string{"Stripe-Signature": "v1=abc"}, stripeBody), status: 401, code: idem.CodeSignatureMalformed, outcome: receiving.WebhookRefused},
+		{name: "unknown source", req: hook("nobody", signedSW("msg_1", swBody, hookNow), swBody), status: 404, code: idem.CodeUnknownSource, outcome: receiving.WebhookUnknownSource},
+		{name: "another method", req: hook("acme", nil, "", func(r *events.APIGatewayV2HTTPRequest) { r.RequestContext.HTTP.Method = "GET" }), status: 405, code: idem.CodeMethodNotAllowed, outcome: receiving.WebhookInvalid},
+		{name: "body over the limit, refused before verifying", req: hook("acme", signedSW("msg_1", big, hookNow), big), status: 413, code: idem.CodeTooLarge, outcome: receiving.WebhookTooLarge},
+		{name: "envelope over the limit", req: hook("acme", signedSW("msg_1", nearLimit, hookNow), nearLimit), status: 413, code: idem.CodeTooLarge, outcome: receiving.WebhookTooLarge, key: "wh:acme:msg_1"},
+		{name: "the queue's limit is lower", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) { o.MaxMessageBytes = 64 }, status: 413, code: idem.CodeTooLarge, outcome: receiving.WebhookTooLarge, key: "wh:acme:msg_1"},
+		{name: "authentic, not JSON", req: hook("acme", signedSW("msg_1", "a=1", hookNow), "a=1"), status: 400, code: idem.CodeInvalidPayload, outcome: receiving.WebhookInvalid},
+		{name: "authentic, form-encoded (GitHub's other content type)", req: hook("gh", map[string]string{"Content-Type": "application/x-www-form-urlencoded", "X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte("payload=%7B%7D")), "X-GitHub-Delivery": "d-1"}, "payload=%7B%7D"), status: 415, code: idem.CodeUnsupportedMediaType, outcome: receiving.WebhookInvalid},
+		{name: "authentic, no delivery id", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody))}, ghBody), status: 400, code: idem.CodeKeyMissing, outcome: receiving.WebhookInvalid},
+		{name: "authentic, delivery id unfit for a key", req: hook("acme", signedSW("msg/1", swBody, hookNow), swBody), status: 400, code: idem.CodeInvalidKey, outcome: receiving.WebhookInvalid},
+		{name: "queue unavailable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
+			o.Queue = &queue{err: idem.Transient(errors.New("sqs: connection reset by sqs.us-east-1.amazonaws.com"))}
+		}, status: 503, code: idem.CodeInboundUnavailable, outcome: receiving.WebhookQueueFailed, key: "wh:acme:msg_1"},
+		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
+			o.Queue = &queue{err: idem.Permanent(errors.New("sqs: access to https://sqs.us-east-1.amazonaws.com/1/q denied"))}
+		}, status: 500, code: idem.CodeInboundUnavailable, outcome: receiving.WebhookQueueFailed, key: "wh:acme:msg_1"},
+		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
+			o.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
+		}, status: 503, code: idem.CodeInboundUnavailable, outcome: receiving.WebhookQueueFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newHookFixture(t, tt.mod)
 			resp, res := f.h.Handle(context.Background(), tt.req)
-			if resp.StatusCode != tt.status || res.Code != tt.code || res.Webhook != tt.outcome || res.Key != tt.key || res.Label != "" {
-				t.Fatalf("got %d %s %s key %q label %q (%s); want %d %s %s key %q, no label", resp.StatusCode, res.Code, res.Webhook, res.Key, res.Label, resp.Body,
+			if resp.StatusCode != tt.status || res.Code != tt.code || res.Outcome != tt.outcome || res.Key != tt.key {
+				t.Fatalf("got %d %s %s key %q (%s); want %d %s %s key %q", resp.StatusCode, res.Code, res.Outcome, res.Key, resp.Body,
 					tt.status, tt.code, tt.outcome, tt.key)
 			}
 			if n := f.store.n.Load(); n != 0 {
@@ -237,20 +234,10 @@ func TestWebhookRefusalsAreLogged(t *testing.T) {
 	}
 }
 
-// With the route off, /webhooks/… is a route like any other: 404.
-func TestWebhookRouteOff(t *testing.T) {
-	f := newFixture(t)
-	resp, res := f.h.Handle(context.Background(), hook("acme", signedSW("msg_1", swBody, time.Now()), swBody))
-	if resp.StatusCode != 404 || res.Code != idem.CodeNotFound || res.Webhook != "" {
-		t.Errorf("got %d %s %q; want 404 NOT_FOUND, as any unknown route", resp.StatusCode, res.Code, res.Webhook)
-	}
-}
-
 func TestNewNeedsWholeWebhooks(t *testing.T) {
-	engine, _ := idem.New(idem.Options{Store: memstore.New()})
-	noop := func(context.Context, action.Event) (action.Result, error) { return action.Result{}, nil }
-	if _, err := httpapi.New(httpapi.Options{Engine: engine, Action: noop, Webhooks: &httpapi.Webhooks{Queue: &queue{}}}); err == nil {
-		t.Error("New accepted Webhooks without Sources")
+	engine, _ := oncely.New(memstore.New(), oncely.Options{})
+	if _, err := receiving.New(receiving.Options{Engine: engine, Queue: &queue{}, MaxMessageBytes: 4096}); err == nil {
+		t.Error("New accepted Options without Sources")
 	}
 }
 
@@ -261,7 +248,7 @@ func TestWebhookResultErrors(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		req       events.APIGatewayV2HTTPRequest
-		mod       func(*httpapi.Options)
+		mod       func(*receiving.Options)
 		err       string
 		allow     string
 		errInBody bool
@@ -270,11 +257,11 @@ func TestWebhookResultErrors(t *testing.T) {
 			err: "GET is not allowed on /webhooks/<source>; use POST", allow: "POST", errInBody: true},
 		{name: "unknown source", req: hook("nobody", signedSW("msg_1", swBody, hookNow), swBody), err: `no webhook source "nobody" is configured`, errInBody: true},
 		{name: "body over the limit", req: hook("acme", signedSW("msg_1", big, hookNow), big), err: "the body was refused before verification"},
-		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
-			o.Webhooks.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
+		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
+			o.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
 		}, err: "secretsmanager down"},
-		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *httpapi.Options) {
-			o.Webhooks.Queue = &queue{err: idem.Permanent(errors.New("sqs: access denied"))}
+		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
+			o.Queue = &queue{err: idem.Permanent(errors.New("sqs: access denied"))}
 		}, err: "sqs: access denied"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,4 +278,15 @@ func TestWebhookResultErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingStore counts reservations: the receiving route must make none.
+type countingStore struct {
+	*memstore.Store
+	n atomic.Int64
+}
+
+func (s *countingStore) Reserve(ctx context.Context, r idem.Reservation) (idem.Record, bool, error) {
+	s.n.Add(1)
+	return s.Store.Reserve(ctx, r)
 }
