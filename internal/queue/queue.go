@@ -40,8 +40,8 @@ func New(e *oncely.Engine, keys *keyexpr.Extractor, act action.Func, o sqsbatch.
 	}, o)
 }
 
-// idKeyed keeps the records of GitHub deliveries stored under today's
-// key's predecessor meaningful. A GitHub delivery is keyed by its body,
+// idKeyed keeps meaningful the records stored under a GitHub delivery's
+// former key. A GitHub delivery is keyed by its body,
 // wh:<source>:sha256:<digest> (inbound.BodyKey); before, it was keyed by
 // its delivery id, wh:<source>:<delivery-id>, and a delivery received
 // then may be redelivered (GitHub's Redeliver, a DLQ redrive, a replayed
