@@ -19,7 +19,8 @@ import (
 type Event struct {
 	// Key is the validated idempotency key. Pass it downstream (for example
 	// as an Idempotency-Key header) so the downstream can de-duplicate too.
-	// An inbound webhook's is wh:<source>:<delivery-id>.
+	// An inbound webhook's is wh:<source>:<delivery-id>; a GitHub
+	// delivery's, wh:<source>:sha256:<digest> of its body.
 	Key string
 	// Body is the event JSON as received (SQS message body, HTTP request
 	// body); for an inbound webhook, the sender's body as it signed it

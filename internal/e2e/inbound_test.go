@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/oncely/oncely/internal/ddbstore"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/internal/receiving"
 	"github.com/oncely/oncely/internal/testing/ddblocal"
 	"github.com/oncely/oncely/internal/testing/esm"
@@ -247,7 +248,9 @@ func (r *receiver) tableItems() int {
 // tampered bodies, wrong secrets, stale timestamps, an unknown source and
 // oversized bodies get their answer and store and queue nothing; a
 // rotation accepts old and new secrets during the overlap; a delivery id
-// reused with another body becomes a KEY_REUSED note. The test logs the
+// reused with another body becomes a KEY_REUSED note, but for GitHub,
+// whose id is the event's, it is another hook's delivery and runs; a
+// GitHub delivery replayed under another id is a replay. The test logs the
 // outcome of every case (status, queued, stored, delivered).
 func TestE2EInboundWebhooks(t *testing.T) {
 	// GitHub's signer is trusted only once it reproduces GitHub's published
@@ -284,9 +287,20 @@ func TestE2EInboundWebhooks(t *testing.T) {
 			`"livemode":false,"pending_webhooks":` + strconv.Itoa(pending) + `,"request":{"id":"req_1","idempotency_key":"k-1"},"type":"payment_intent.succeeded"}`)
 	}
 	ghBody := []byte(`{"zen":"Design for failure.","hook_id":109948940,"hook":{"type":"Repository","id":109948940,"active":true,"events":["push"]}}`)
+	ghHook := func(id int) []byte { // another hook's ping: another body
+		return []byte(fmt.Sprintf(`{"zen":"Design for failure.","hook_id":%d,"hook":{"type":"Repository","id":%d,"active":true,"events":["push"]}}`, id, id))
+	}
 	const ghDelivery, ghDelivery2 = "72d3162e-cc78-11e3-81ab-4c9367dc0958", "9f2c7e10-cd31-11e3-8a4c-1f0b0c9e1a77"
 	gh := func(delivery string, body []byte, secret string) map[string]string {
 		return map[string]string{"X-Hub-Signature-256": webhooksender.GitHub(secret, body), "X-GitHub-Delivery": delivery, "X-GitHub-Event": "ping"}
+	}
+	// A GitHub delivery is keyed by its body (its delivery id is not signed).
+	ghKey := func(body []byte) string {
+		key, _, err := inbound.BodyKey("github", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key
 	}
 
 	// 1. Refusals, before anything valid: each its answer, nothing queued
@@ -298,8 +312,9 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	r.post("stripe: tampered body", "stripe", send.stripe(now(), stripeBody("evt_tampered", 1), stripeOld, true), stripeBody("evt_tampered", 2), 401, "SIGNATURE_MISMATCH", "wh:stripe:evt_tampered")
 	r.post("stripe: wrong secret", "stripe", send.stripe(now(), stripeBody("evt_wrongsecret", 1), stripeNew, true), stripeBody("evt_wrongsecret", 1), 401, "SIGNATURE_MISMATCH", "wh:stripe:evt_wrongsecret")
 	r.post("stripe: stale timestamp (10 min)", "stripe", send.stripe(now().Add(-10*time.Minute), stripeBody("evt_stale", 1), stripeOld, false), stripeBody("evt_stale", 1), 401, "TIMESTAMP_OUTSIDE_TOLERANCE", "wh:stripe:evt_stale")
-	r.post("github: tampered body", "github", gh("00000000-0000-0000-0000-00000000000a", ghBody, ghOld), []byte(strings.Replace(string(ghBody), "push", "delete", 1)), 401, "SIGNATURE_MISMATCH", "wh:github:00000000-0000-0000-0000-00000000000a")
-	r.post("github: wrong secret", "github", gh("00000000-0000-0000-0000-00000000000b", ghBody, ghNew), ghBody, 401, "SIGNATURE_MISMATCH", "wh:github:00000000-0000-0000-0000-00000000000b")
+	ghTampered := []byte(strings.Replace(string(ghBody), "push", "delete", 1))
+	r.post("github: tampered body", "github", gh("00000000-0000-0000-0000-00000000000a", ghBody, ghOld), ghTampered, 401, "SIGNATURE_MISMATCH", ghKey(ghTampered))
+	r.post("github: wrong secret", "github", gh("00000000-0000-0000-0000-00000000000b", ghHook(3), ghNew), ghHook(3), 401, "SIGNATURE_MISMATCH", ghKey(ghHook(3)))
 	r.post("unknown source", "shopify", send.standard("msg_unknown", now(), swBody(1), swOld), swBody(1), 404, "UNKNOWN_SOURCE", "")
 	huge := []byte(`{"pad":"` + strings.Repeat("x", 1<<20) + `"}`)
 	r.post("oversized body (1 MiB + 10 B)", "acme", send.standard("msg_huge", now(), huge, swOld), huge, 413, "TOO_LARGE", "wh:acme:msg_huge")
@@ -315,7 +330,7 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	// 2. One delivery of each scheme: 202, queued, run once.
 	r.post("standard: signed by standardwebhooks", "acme", send.standard("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", now(), swBody(1), swOld), swBody(1), 202, "", "wh:acme:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W")
 	r.post("stripe: accepted by stripe.Webhook.construct_event", "stripe", send.stripe(now(), stripeBody("evt_1QxY2Z", 2), stripeOld, true), stripeBody("evt_1QxY2Z", 2), 202, "", "wh:stripe:evt_1QxY2Z")
-	r.post("github: signed per GitHub's docs", "github", gh(ghDelivery, ghBody, ghOld), ghBody, 202, "", "wh:github:"+ghDelivery)
+	r.post("github: signed per GitHub's docs", "github", gh(ghDelivery, ghBody, ghOld), ghBody, 202, "", ghKey(ghBody))
 	r.drain()
 
 	// 3. Retries, signed anew with new timestamps (Stripe's with one
@@ -324,7 +339,10 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	later := now().Add(time.Second) // another second: another timestamp, another signature
 	r.post("standard: the sender's retry", "acme", send.standard("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", later, swBody(1), swOld), swBody(1), 202, "", "wh:acme:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W")
 	r.post("stripe: Stripe's retry", "stripe", send.stripe(later, stripeBody("evt_1QxY2Z", 1), stripeOld, true), stripeBody("evt_1QxY2Z", 1), 202, "", "wh:stripe:evt_1QxY2Z")
-	r.post("github: redelivered by hand", "github", gh(ghDelivery, ghBody, ghOld), ghBody, 202, "", "wh:github:"+ghDelivery)
+	r.post("github: redelivered by hand", "github", gh(ghDelivery, ghBody, ghOld), ghBody, 202, "", ghKey(ghBody))
+	// A captured delivery sent again under a fresh X-GitHub-Delivery: it
+	// verifies (GitHub signs the body only), and is a replay.
+	r.post("github: a capture replayed under another id", "github", gh("00000000-0000-0000-0000-00000000000d", ghBody, ghOld), ghBody, 202, "", ghKey(ghBody))
 	r.drain()
 
 	// 4. A rotation: both secrets listed, both accepted; then the old one
@@ -335,15 +353,18 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	r.post("standard: the sender's own rotation, both signatures", "acme", send.standard("msg_rot_both", now(), swBody(5), swOld, swNew), swBody(5), 202, "", "wh:acme:msg_rot_both")
 	r.post("stripe: rotation, new secret", "stripe", send.stripe(now(), stripeBody("evt_rot_new", 1), stripeNew, true), stripeBody("evt_rot_new", 1), 202, "", "wh:stripe:evt_rot_new")
 	r.post("stripe: rotation, old secret", "stripe", send.stripe(now(), stripeBody("evt_rot_old", 1), stripeOld, true), stripeBody("evt_rot_old", 1), 202, "", "wh:stripe:evt_rot_old")
-	r.post("github: rotation, new secret", "github", gh(ghDelivery2, ghBody, ghNew), ghBody, 202, "", "wh:github:"+ghDelivery2)
+	r.post("github: rotation, new secret", "github", gh(ghDelivery2, ghHook(2), ghNew), ghHook(2), 202, "", ghKey(ghHook(2)))
 	r.rotate(r.sources([]string{swNew}, []string{stripeNew}, []string{ghNew}))
 	r.post("standard: after the rotation, old secret", "acme", send.standard("msg_after", now(), swBody(6), swOld), swBody(6), 401, "SIGNATURE_MISMATCH", "wh:acme:msg_after")
 	r.post("stripe: after the rotation, old secret", "stripe", send.stripe(now(), stripeBody("evt_after", 1), stripeOld, true), stripeBody("evt_after", 1), 401, "SIGNATURE_MISMATCH", "wh:stripe:evt_after")
-	r.post("github: after the rotation, old secret", "github", gh("00000000-0000-0000-0000-00000000000c", ghBody, ghOld), ghBody, 401, "SIGNATURE_MISMATCH", "wh:github:00000000-0000-0000-0000-00000000000c")
+	r.post("github: after the rotation, old secret", "github", gh("00000000-0000-0000-0000-00000000000c", ghHook(4), ghOld), ghHook(4), 401, "SIGNATURE_MISMATCH", ghKey(ghHook(4)))
 
 	// 5. A delivery id reused with another body: accepted by the route
 	// (it cannot know), refused on the queue path with a KEY_REUSED note.
 	r.post("standard: id reused, another body", "acme", send.standard("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", now(), swBody(9), swNew), swBody(9), 202, "", "wh:acme:msg_2KWPBgLlAfxdpx2AI54pPJ85f4W")
+	// GitHub's id is the event's: another hook receiving the same event
+	// gets the same id with its own body, and it runs under its own key.
+	r.post("github: the event's id, another hook's body", "github", gh(ghDelivery, ghHook(5), ghNew), ghHook(5), 202, "", ghKey(ghHook(5)))
 	r.drain()
 
 	// What the queue path did with each queued delivery: the route's log
@@ -375,7 +396,8 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	}
 	want := map[string]string{
 		"standard: the sender's retry": "replayed", "stripe: Stripe's retry": "replayed", "github: redelivered by hand": "replayed",
-		"standard: id reused, another body": "poison KEY_REUSED",
+		"github: a capture replayed under another id": "replayed",
+		"standard: id reused, another body":           "poison KEY_REUSED",
 	}
 	var report strings.Builder
 	tw := tabwriter.NewWriter(&report, 0, 0, 2, ' ', 0)
@@ -415,7 +437,7 @@ func TestE2EInboundWebhooks(t *testing.T) {
 		if !strings.HasPrefix(d.Key, "wh:") || d.Headers["webhook-id"] != d.Key {
 			t.Errorf("a downstream delivery with key %q, webhook-id %q; want wh:… on both", d.Key, d.Headers["webhook-id"])
 		}
-		if d.Key == "wh:github:"+ghDelivery && string(d.Body) != string(ghBody) {
+		if d.Key == ghKey(ghBody) && string(d.Body) != string(ghBody) {
 			t.Errorf("downstream body %s; want the sender's %s", d.Body, ghBody)
 		}
 	}

@@ -131,14 +131,17 @@ func invalidEnvelope(why string) error {
 }
 
 // Request returns the envelope's idempotency request: the key
-// wh:<source>:<delivery-id> and the fingerprint of the body's stable part
-// (see Fingerprint). For Stripe, the delivery id must be the event's id.
+// wh:<source>:<delivery-id> (for GitHub, keyed by its body,
+// wh:<source>:sha256:<digest>, see BodyKey) and the fingerprint of the
+// body's stable part (see Fingerprint). For Stripe, the delivery id must
+// be the event's id.
 func (e Envelope) Request() (idem.Request, error) {
 	key, err := Key(e.Source, e.DeliveryID)
 	if err != nil {
 		return idem.Request{}, err
 	}
-	if sc, ok := schemeByName(e.Scheme); ok && sc.idFromBody != nil {
+	sc, known := schemeByName(e.Scheme)
+	if known && sc.idFromBody != nil {
 		id, err := sc.idFromBody(e.Body)
 		if err != nil {
 			return idem.Request{}, err
@@ -150,6 +153,9 @@ func (e Envelope) Request() (idem.Request, error) {
 	fp, err := Fingerprint(e.Scheme, e.Body)
 	if err != nil {
 		return idem.Request{}, err
+	}
+	if known {
+		key, _ = deliveryKey(sc, e.Source, e.DeliveryID, fp) // Key accepted both
 	}
 	return idem.Request{Key: key, Fingerprint: fp}, nil
 }

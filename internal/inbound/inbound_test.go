@@ -31,7 +31,10 @@ var (
 	stripeBody       = []byte(`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","api_version":"2024-06-20","created":1780000000,"data":{"object":{"id":"pi_1","amount":4200}},"livemode":false,"pending_webhooks":1,"request":{"id":null,"idempotency_key":null},"type":"payment_intent.succeeded"}`)
 	githubBody       = []byte(`{"zen":"Keep it logically awesome.","hook_id":12345678}`)
 	githubDeliveryID = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
-	sourcesJSON      = `{"acme":{"scheme":"standard-webhooks","secrets":["` + swSecret1 + `","` + swSecret2 + `"]},` +
+	// githubKey is githubBody's key from the source "github": the hex
+	// SHA-256 of its canonical JSON (the scheme vector's, see scheme_test.go).
+	githubKey   = "wh:github:sha256:b18f9f660d2146556d9afc144cd66f75a7a682d29b3e9613925e94d096019759"
+	sourcesJSON = `{"acme":{"scheme":"standard-webhooks","secrets":["` + swSecret1 + `","` + swSecret2 + `"]},` +
 		`"stripe":{"scheme":"stripe","secrets":["` + stripeSecret1 + `","` + stripeSecret2 + `"]},` +
 		`"github":{"scheme":"github","secrets":["` + githubSecret1 + `","` + githubSecret2 + `"]}}`
 	allSecretValues = []string{swSecret1, swSecret2, stripeSecret1, stripeSecret2, githubSecret1, githubSecret2,
@@ -203,8 +206,8 @@ func TestVerify(t *testing.T) {
 		{"stripe: authentic, no id", "stripe", stripeRequest(now, []byte(`{"object":"event"}`), stripeSecret1), idem.CodeKeyMissing, "", "the Stripe event has no id"},
 		{"stripe: authentic, not an object", "stripe", stripeRequest(now, []byte(`["evt_1"]`), stripeSecret1), idem.CodeInvalidPayload, "", "JSON object"},
 		// GitHub.
-		{"github: signed", "github", good["github"], "", "wh:github:" + githubDeliveryID, ""},
-		{"github: signed with the rotation's new secret", "github", githubRequest(githubDeliveryID, githubBody, githubSecret2), "", "wh:github:" + githubDeliveryID, ""},
+		{"github: signed", "github", good["github"], "", githubKey, ""},
+		{"github: signed with the rotation's new secret", "github", githubRequest(githubDeliveryID, githubBody, githubSecret2), "", githubKey, ""},
 		{"github: only the SHA-1 header", "github", with(with(good["github"], "x-hub-signature-256", ""), "x-hub-signature", "sha1=abc"), idem.CodeSignatureMissing, "", "only the SHA-1 X-Hub-Signature is present"},
 		{"github: not sha256=", "github", with(good["github"], "x-hub-signature-256", strings.Replace(good["github"].headers["x-hub-signature-256"], "sha256=", "sha1=", 1)), idem.CodeSignatureMalformed, "", "sha256=<64 hex digits>"},
 		{"github: short hex", "github", with(good["github"], "x-hub-signature-256", "sha256=abcd"), idem.CodeSignatureMalformed, "", ""},
@@ -212,8 +215,10 @@ func TestVerify(t *testing.T) {
 		{"github: tampered body", "github", request{headers: good["github"].headers, body: []byte(`{"zen":"Keep it logically awesome!","hook_id":12345678}`)}, idem.CodeSignatureMismatch, "", ""},
 		{"github: authentic, no delivery header", "github", with(good["github"], "x-github-delivery", ""), idem.CodeKeyMissing, "", "X-GitHub-Delivery is missing"},
 		// GitHub signs the body only: a captured delivery verifies under any
-		// delivery id, at any time (see the README's limits).
-		{"github: a captured delivery with another delivery id", "github", with(good["github"], "x-github-delivery", "00000000-0000-0000-0000-000000000000"), "", "wh:github:00000000-0000-0000-0000-000000000000", ""},
+		// delivery id, at any time, and is keyed by its body, so it is the
+		// same key under any id (see docs/inbound-webhooks.md).
+		{"github: a captured delivery with another delivery id", "github", with(good["github"], "x-github-delivery", "00000000-0000-0000-0000-000000000000"), "", githubKey, ""},
+		{"github: authentic, an id unfit for a key", "github", with(good["github"], "x-github-delivery", "a b"), idem.CodeInvalidKey, "", "the delivery id cannot be part of a key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, err := source(t, c.source).Verify(c.req.headers, c.req.body, now, 0)
@@ -290,6 +295,50 @@ func TestKey(t *testing.T) {
 		if got != c.want || (err == nil) != (c.want != "") {
 			t.Errorf("Key(%q, %q) got %q, %v; want %q", c.source, c.id, got, err, c.want)
 		}
+	}
+}
+
+// A GitHub delivery is keyed by its body, whatever its id: the route, the
+// envelope and BodyKey agree; another id is the same key; the same id over
+// another body (a second hook or App receiving the event) is another key;
+// the body pretty-printed (as GitHub's Recent Deliveries shows it) is the
+// same key. Keys stay valid with the longest source name.
+func TestGitHubKeyedByBody(t *testing.T) {
+	key, digest, err := inbound.BodyKey("github", githubBody)
+	if err != nil || key != githubKey || !strings.HasSuffix(key, ":sha256:"+digest) {
+		t.Fatalf("BodyKey got %q, %q, %v; want %q", key, digest, err, githubKey)
+	}
+	request := func(source, id, body string) idem.Request {
+		t.Helper()
+		req, err := inbound.Envelope{Source: source, Scheme: inbound.GitHub, DeliveryID: id, Body: []byte(body)}.Request()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	hookA := `{"action":"opened","number":7,"installation":{"id":1}}`
+	hookB := `{"action":"opened","number":7,"installation":{"id":2}}`
+	keys := map[string]string{
+		"the vector":                  request("github", githubDeliveryID, string(githubBody)).Key,
+		"the vector under another id": request("github", "00000000-0000-0000-0000-000000000000", string(githubBody)).Key,
+		"the vector pretty-printed":   request("github", githubDeliveryID, "{\n  \"zen\": \"Keep it logically awesome.\",\n  \"hook_id\": 12345678\n}").Key,
+		"hook A":                      request("github", "d-1", hookA).Key,
+		"hook B, the same id":         request("github", "d-1", hookB).Key,
+	}
+	for _, same := range []string{"the vector", "the vector under another id", "the vector pretty-printed"} {
+		if keys[same] != githubKey {
+			t.Errorf("%s: key %q, want %q", same, keys[same], githubKey)
+		}
+	}
+	if keys["hook A"] == keys["hook B, the same id"] {
+		t.Errorf("two bodies under one X-GitHub-Delivery got one key %q; want two", keys["hook A"])
+	}
+	long := strings.Repeat("s", inbound.MaxSourceName)
+	if k := request(long, githubDeliveryID, hookA).Key; idem.ValidateKey(k) != nil || len(k) != 107 {
+		t.Errorf("the longest source's key %q (%d characters) is not a valid 107-character key", k, len(k))
+	}
+	if !inbound.KeyedByBody(inbound.GitHub) || inbound.KeyedByBody(inbound.Stripe) || inbound.KeyedByBody(inbound.StandardWebhooks) {
+		t.Error("KeyedByBody: want GitHub only")
 	}
 }
 

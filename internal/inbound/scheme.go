@@ -67,10 +67,21 @@ type scheme struct {
 	// Fingerprint). The whole body must be canonical JSON, whatever is
 	// left out.
 	fingerprint func(body []byte) (string, error)
+
+	// keyedByBody is the key rule of a scheme whose signature does not
+	// cover its delivery id (GitHub): its deliveries are keyed by their
+	// body, wh:<source>:sha256:<digest> (see BodyKey), not by the id,
+	// which whoever holds a captured delivery can change at will. Its
+	// fingerprint must be wholeBody: the digest in the key is the
+	// fingerprint. The id must still make a valid key, Key(source, id):
+	// the queue path consults the record stored under it before the rule
+	// (see package queue).
+	keyedByBody bool
 }
 
 // schemes is the table of schemes, in the order Schemes lists them. The
-// key is wh:<source>:<delivery-id> for every scheme (see Key).
+// key is wh:<source>:<delivery-id> (see Key), but for the schemes keyed
+// by their body, wh:<source>:sha256:<digest> (see BodyKey).
 var schemes = []*scheme{
 	standardWebhooksScheme,
 	stripeScheme,
@@ -96,6 +107,14 @@ func schemeByName(name Scheme) (*scheme, bool) {
 		}
 	}
 	return nil, false
+}
+
+// KeyedByBody reports whether the deliveries of the scheme named are
+// keyed by their body (BodyKey) rather than their delivery id (Key):
+// GitHub's, whose delivery id is not signed.
+func KeyedByBody(name Scheme) bool {
+	sc, ok := schemeByName(name)
+	return ok && sc.keyedByBody
 }
 
 func knownScheme(name Scheme) bool {

@@ -12,7 +12,10 @@ import (
 
 // GitHub: X-Hub-Signature-256 "sha256=<hex HMAC-SHA256 of the body>";
 // no timestamp. The delivery id is X-GitHub-Delivery, which the
-// signature does not cover.
+// signature does not cover, and which is the event's, not the delivery's
+// (every hook and App receiving one event gets the same id, each with its
+// own body): so a delivery is keyed by its body (BodyKey), and a captured
+// one replayed under any id is the same key.
 const GitHub Scheme = "github"
 
 // The headers GitHub's scheme reads.
@@ -32,6 +35,7 @@ var githubScheme = &scheme{
 	signsTime:    false, // GitHub signs the body only
 	idFrom:       HeaderGitHubDelivery,
 	fingerprint:  wholeBody,
+	keyedByBody:  true, // the id is not signed
 }
 
 func decodeGitHubSecret(secret string) ([]byte, error) {

@@ -15,7 +15,9 @@
 //     against every secret the source lists (several during a rotation);
 //   - no error, and no value it returns, holds a secret or an expected
 //     signature;
-//   - the key is wh:<source>:<delivery-id>, validated like every key; the
+//   - the key is wh:<source>:<delivery-id>, validated like every key, but
+//     for a scheme whose delivery id is not signed (GitHub), which is keyed
+//     by its body, wh:<source>:sha256:<digest> (see [BodyKey]); the
 //     fingerprint covers only what a sender keeps the same on every retry
 //     of one delivery (see [Fingerprint]).
 //
@@ -33,16 +35,18 @@
 //     value), verify (the signature against every key in constant time,
 //     the delivery id the request claims, the signed time), signsTime (its
 //     replay rule), idFromBody when the id is in the body rather than a
-//     header, idFrom (where the id comes from, for messages), and
+//     header, idFrom (where the id comes from, for messages),
 //     fingerprint (what of the body the sender keeps on a retry; wholeBody
-//     unless the sender changes some of it);
+//     unless the sender changes some of it), and keyedByBody when its
+//     signature does not cover its delivery id;
 //   - a line for that value in the schemes table, which orders [Schemes].
 //
 // Its test vector is an entry in scheme_test.go's vectors: a signed
 // delivery, from the sender's documentation when it publishes one, that
 // TestEverySchemeHasAVector verifies, tampers with and replays; a scheme
-// without one fails that test. The key, wh:<source>:<delivery-id>, is the
-// same for every scheme.
+// without one fails that test. The key is wh:<source>:<delivery-id> for
+// every scheme that signs its id, and wh:<source>:sha256:<digest> for one
+// keyed by its body.
 package inbound
 
 import (

@@ -21,7 +21,9 @@ type Delivery struct {
 	// X-GitHub-Delivery. When Verify fails it holds the id the request
 	// claims, if any, for the log only: it is not verified.
 	ID string
-	// Key is wh:<source>:<id>, validated.
+	// Key is the key the queue path runs it under, validated:
+	// wh:<source>:<id>, or wh:<source>:sha256:<digest> for a scheme keyed
+	// by its body (GitHub, see BodyKey).
 	Key string
 	// Body is the body as signed, without surrounding whitespace.
 	Body []byte
@@ -82,7 +84,8 @@ func (s *Source) Verify(headers map[string]string, body []byte, now time.Time, t
 	}
 	// Authentic from here on.
 	d.Body = trimJSONSpace(body)
-	if _, err := idem.Fingerprint(d.Body); err != nil {
+	digest, err := idem.Fingerprint(d.Body)
+	if err != nil {
 		return d, &idem.Error{Code: idem.CodeInvalidPayload, Message: "the body is not a JSON document the queue path can fingerprint: " + err.(*idem.Error).Message}
 	}
 	if sc.idFromBody != nil {
@@ -95,7 +98,7 @@ func (s *Source) Verify(headers map[string]string, body []byte, now time.Time, t
 	if d.ID == "" {
 		return d, &idem.Error{Code: idem.CodeKeyMissing, Message: "the delivery has no id: " + sc.idFrom + " is missing or empty"}
 	}
-	if d.Key, err = Key(s.Name, d.ID); err != nil {
+	if d.Key, err = deliveryKey(sc, s.Name, d.ID, digest); err != nil {
 		return d, err
 	}
 	return d, nil
@@ -152,6 +155,41 @@ func Key(source, id string) (string, error) {
 
 // KeyPrefix begins every inbound key.
 const KeyPrefix = "wh"
+
+// BodyDigestPrefix begins the part of a body-keyed delivery's key that
+// follows the source: wh:<source>:sha256:<digest>.
+const BodyDigestPrefix = "sha256:"
+
+// deliveryKey is the key of a delivery of scheme sc from source, with
+// delivery id id and fp the whole body's fingerprint (which is the
+// payload fingerprint of a scheme keyed by its body, see
+// scheme.keyedByBody): Key(source, id), or, for a scheme keyed by its
+// body, wh:<source>:sha256:<fp>. The id must make a valid key either way.
+func deliveryKey(sc *scheme, source, id, fp string) (string, error) {
+	key, err := Key(source, id)
+	if err != nil || !sc.keyedByBody {
+		return key, err
+	}
+	return KeyPrefix + ":" + source + ":" + BodyDigestPrefix + fp, nil
+}
+
+// BodyKey returns the key of a GitHub delivery of body from source,
+// wh:<source>:sha256:<digest>, and its fingerprint, digest: the hex
+// SHA-256 of the body's canonical JSON (RFC 8785, as every fingerprint),
+// whatever its delivery id. The same body pretty-printed (as GitHub's
+// Recent Deliveries shows it) has the same key. At most 107 characters
+// (a source has at most 32). Its error is an *idem.Error: INVALID_KEY
+// for a source name that cannot be one, INVALID_PAYLOAD for a body that
+// is not JSON.
+func BodyKey(source string, body []byte) (key, digest string, err error) {
+	if !ValidName(source) {
+		return "", "", &idem.Error{Code: idem.CodeInvalidKey, Message: fmt.Sprintf("the source name is not 1 to %d characters of a-z, 0-9 and '-'", MaxSourceName)}
+	}
+	if digest, err = githubScheme.fingerprint(body); err != nil {
+		return "", "", err
+	}
+	return KeyPrefix + ":" + source + ":" + BodyDigestPrefix + digest, digest, nil
+}
 
 // header returns the value of the header name, matched in any case (HTTP
 // API payload 2.0 lower-cases names; other callers may not).

@@ -43,7 +43,11 @@ func (r *runner) get(ctx context.Context, args []string) error {
 	}
 	switch {
 	case !found:
-		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("no record for key %q in namespace %q of table %q", key.key, r.admin.Namespace(), r.admin.Table())}
+		msg := fmt.Sprintf("no record for key %q in namespace %q of table %q", key.key, r.admin.Namespace(), r.admin.Table())
+		if key.hint != "" {
+			msg += " (" + key.hint + ")"
+		}
+		return &exitError{code: ExitNotFound, msg: msg}
 	case rec.Expired(now):
 		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("the record for key %q expired at %s: the function treats it as absent", key.key, rec.ExpiresAt.UTC().Format(time.RFC3339))}
 	}

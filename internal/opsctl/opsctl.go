@@ -82,7 +82,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"get", "KEY | --id ID --action ACTION | --api-key KEY [--caller SCOPE] | --body FILE", "one record, decoded and explained", (*runner).get},
+	{"get", "KEY | --id ID --action ACTION | --api-key KEY [--caller SCOPE] | --body FILE | --source S --delivery-id ID | --source S --body FILE", "one record, decoded and explained", (*runner).get},
 	{"list", "[--status STATE] [--code CODE] [--since T] [--until T] [--limit N] [--cursor C] [--scan] | --poison [--reason R] ...", "records or poison notes, newest first, with what the listing cost", (*runner).list},
 	{"stats", "[--since T] [--until T] [--scan]", "counts by status, state and code over a window", (*runner).stats},
 	{"release", "KEY... | --id ID --action ACTION | --stdin  [--reason TEXT] [--force --reason TEXT] [--may-repeat-side-effect --reason TEXT] [--dry-run]", "make failed (or abandoned) events run again at their next delivery; an OUTCOME_UNKNOWN one only with --may-repeat-side-effect", (*runner).release},

@@ -20,6 +20,7 @@ import (
 	"github.com/oncely/oncely/internal/config"
 	"github.com/oncely/oncely/internal/ddbstore"
 	"github.com/oncely/oncely/internal/idem"
+	"github.com/oncely/oncely/internal/inbound"
 	"github.com/oncely/oncely/keyexpr"
 )
 
@@ -229,6 +230,7 @@ func (r *runner) newToken() string {
 // keyFlags are the ways to name a record.
 type keyFlags struct {
 	id, action, apiKey, caller, body string
+	source, deliveryID               string // an inbound webhook's
 }
 
 func (k *keyFlags) register(fs *flag.FlagSet) {
@@ -236,13 +238,17 @@ func (k *keyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.action, "action", "", "the event's action (with --id)")
 	fs.StringVar(&k.apiKey, "api-key", "", "an API caller's Idempotency-Key (with --caller)")
 	fs.StringVar(&k.caller, "caller", "anonymous", `the API caller's scope: anonymous, jwt:SUB (the configured issuer), jwt@"ISSUER":SUB (another issuer), iam:ARN, cognito:POOL/IDENTITY or lambda:PRINCIPAL`)
-	fs.StringVar(&k.body, "body", "", "a file holding the event body (- for stdin): its key, by the key expression, and its payload are checked")
+	fs.StringVar(&k.body, "body", "", "a file holding the event body (- for stdin): its key, by the key expression, and its payload are checked; with --source, a GitHub delivery's body (as GitHub's Recent Deliveries shows it): its key, wh:SOURCE:sha256:DIGEST")
+	fs.StringVar(&k.source, "source", "", "an inbound webhook's source (POST /webhooks/SOURCE), with --delivery-id or --body")
+	fs.StringVar(&k.deliveryID, "delivery-id", "", "with --source, a delivery's id (webhook-id, the Stripe event's id, or X-GitHub-Delivery): its key, wh:SOURCE:ID; a GitHub delivery has it only if received before deliveries were keyed by their body (use --body)")
 }
 
-// named is a key and, when it came from a body, that body's fingerprint.
+// named is a key and, when it came from a body, that body's fingerprint;
+// hint is said when there is no record under it.
 type named struct {
 	key         string
 	fingerprint string
+	hint        string
 }
 
 // keys returns the records args and the key flags name, by the resolved
@@ -251,13 +257,17 @@ type named struct {
 func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 	keyExpr := s.KeyExpr.Value
 	ways := 0
-	for _, used := range []bool{len(args) > 0, k.id != "" || k.action != "", k.apiKey != "", k.body != ""} {
+	delivery := k.source != "" || k.deliveryID != ""
+	for _, used := range []bool{len(args) > 0, k.id != "" || k.action != "", k.apiKey != "", k.body != "" && !delivery, delivery} {
 		if used {
 			ways++
 		}
 	}
 	if ways != 1 {
-		return nil, usagef("name the record one way: KEY..., --id and --action, --api-key (with --caller), or --body")
+		return nil, usagef("name the record one way: KEY..., --id and --action, --api-key (with --caller), --body, or --source with --delivery-id or --body")
+	}
+	if delivery {
+		return r.inboundKey(k)
 	}
 	x, err := keyexpr.New(keyExpr, s.PayloadExpr.Value)
 	if err != nil {
@@ -301,6 +311,50 @@ func (r *runner) keys(k keyFlags, args []string, s settings) ([]named, error) {
 // the function's expressions x (keyExpr is the key expression's text) give
 // the body in the file named, or on stdin for "-".
 func (r *runner) keyOfBody(file string, x *keyexpr.Extractor, keyExpr string) ([]named, error) {
+	body, err := r.readBody(file)
+	if err != nil {
+		return nil, err
+	}
+	req, err := x.Request(body)
+	if err != nil {
+		return nil, usagef("--body %s gives no key with the key expression %q: %s", file, keyExpr, err.(*idem.Error).Message)
+	}
+	return []named{{key: req.Key, fingerprint: req.Fingerprint}}, nil
+}
+
+// inboundKey is the record of an inbound webhook's delivery that --source
+// and --delivery-id or --body name: wh:SOURCE:ID, the key of a Standard
+// Webhooks or Stripe delivery (and of a GitHub delivery received before
+// GitHub deliveries were keyed by their body); or, from the body, a GitHub
+// delivery's key, wh:SOURCE:sha256:DIGEST (inbound.BodyKey: the digest is
+// of the body's canonical JSON, so the body as GitHub shows it, indented,
+// names the same record), with the body's fingerprint.
+func (r *runner) inboundKey(k keyFlags) ([]named, error) {
+	switch {
+	case k.source == "":
+		return nil, usagef("--delivery-id goes with --source")
+	case (k.deliveryID == "") == (k.body == ""):
+		return nil, usagef("--source takes one of --delivery-id (wh:SOURCE:ID) and --body (a GitHub delivery's body: wh:SOURCE:sha256:DIGEST)")
+	case k.deliveryID != "":
+		key, err := inbound.Key(k.source, k.deliveryID)
+		if err != nil {
+			return nil, usagef("--source %q --delivery-id %q give no key: %s", k.source, k.deliveryID, err.(*idem.Error).Message)
+		}
+		return []named{{key: key, hint: "a GitHub delivery received since deliveries are keyed by their body is under wh:" + k.source + ":sha256:DIGEST: name it with --source " + k.source + " --body FILE"}}, nil
+	}
+	body, err := r.readBody(k.body)
+	if err != nil {
+		return nil, err
+	}
+	key, digest, err := inbound.BodyKey(k.source, body)
+	if err != nil {
+		return nil, usagef("--source %q --body %s give no key: %s", k.source, k.body, err.(*idem.Error).Message)
+	}
+	return []named{{key: key, fingerprint: digest}}, nil
+}
+
+// readBody reads the file named, or stdin for "-".
+func (r *runner) readBody(file string) ([]byte, error) {
 	var body []byte
 	var err error
 	if file == "-" {
@@ -311,11 +365,7 @@ func (r *runner) keyOfBody(file string, x *keyexpr.Extractor, keyExpr string) ([
 	if err != nil {
 		return nil, usagef("--body: %v", err)
 	}
-	req, err := x.Request(body)
-	if err != nil {
-		return nil, usagef("--body %s gives no key with the key expression %q: %s", file, keyExpr, err.(*idem.Error).Message)
-	}
-	return []named{{key: req.Key, fingerprint: req.Fingerprint}}, nil
+	return body, nil
 }
 
 // scopeOf turns --caller into the scope the API adapter uses.

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncely/oncely"
 	"github.com/oncely/oncely/internal/action"
 	"github.com/oncely/oncely/internal/idem"
 	"github.com/oncely/oncely/internal/inbound"
@@ -138,6 +140,181 @@ func TestMalformedEnvelopeIsPoison(t *testing.T) {
 			}
 			if strings.Contains(note.Detail, "secret value") {
 				t.Errorf("note %q quotes the body", note.Detail)
+			}
+		})
+	}
+}
+
+// ghEnvelope is a GitHub delivery's envelope from the source "gh".
+func ghEnvelope(id, body string) string { return envelope("gh", inbound.GitHub, id, body) }
+
+// handle runs one batch of recs and returns each one's label, code and
+// key by message id.
+func handle(t *testing.T, f *fixture, recs ...rec) map[string]string {
+	t.Helper()
+	_, results, err := f.h.Handle(context.Background(), batch(false, recs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range results {
+		got[r.MessageID] = string(r.Label) + " " + string(r.Code) + " " + r.Key
+	}
+	return got
+}
+
+// ghKey is the key a GitHub delivery of body from "gh" runs under.
+func ghKey(t *testing.T, body string) string {
+	t.Helper()
+	key, _, err := inbound.BodyKey("gh", []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// GitHub signs the body only: whoever captured a delivery can send it again
+// under a fresh X-GitHub-Delivery, and it verifies. It is keyed by its body,
+// so it runs once whatever id it comes under.
+func TestGitHubReplayUnderAnotherIDRunsOnce(t *testing.T) {
+	var s seen
+	f := newFixture(t, func(o *fixtureOptions) { o.action, o.maxBody = s.do, 1<<20 })
+	body := `{"action":"opened","number":7,"repository":{"id":1},"sender":{"id":9}}`
+	key := ghKey(t, body)
+	got := handle(t, f, rec{id: "m1", body: ghEnvelope("72d3162e-cc78-11e3-81ab-4c9367dc0958", body)})
+	for id, later := range handle(t, f,
+		rec{id: "m2", body: ghEnvelope("00000000-0000-0000-0000-000000000000", body)},
+		rec{id: "m3", body: ghEnvelope("11111111-1111-1111-1111-111111111111", "\n"+body)}, // trimmed as the route does
+	) {
+		got[id] = later
+	}
+	want := map[string]string{
+		"m1": "executed  " + key,
+		"m2": "replayed  " + key,
+		"m3": "replayed  " + key,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	if len(s.events) != 1 {
+		t.Errorf("the action ran %d times; want 1 (one captured delivery, three delivery ids)", len(s.events))
+	}
+}
+
+// X-GitHub-Delivery is the event's: two hooks (or Apps) receiving one event
+// get the same id, each with its own body. Each body is its own key and
+// runs once: no KEY_REUSED poison note for the second.
+func TestGitHubOneDeliveryIDTwoBodiesRunsTwice(t *testing.T) {
+	var s seen
+	f := newFixture(t, func(o *fixtureOptions) { o.action, o.maxBody = s.do, 1<<20 })
+	const id = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+	appA := `{"action":"opened","number":7,"installation":{"id":1}}`
+	appB := `{"action":"opened","number":7,"installation":{"id":2}}`
+	got := handle(t, f, rec{id: "m1", body: ghEnvelope(id, appA)}, rec{id: "m2", body: ghEnvelope(id, appB)})
+	for id, later := range handle(t, f, rec{id: "m3", body: ghEnvelope(id, appA)}, rec{id: "m4", body: ghEnvelope(id, appB)}) {
+		got[id] = later
+	}
+	want := map[string]string{
+		"m1": "executed  " + ghKey(t, appA),
+		"m2": "executed  " + ghKey(t, appB),
+		"m3": "replayed  " + ghKey(t, appA), // each hook's redelivery
+		"m4": "replayed  " + ghKey(t, appB),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	bodies := map[string]bool{}
+	for _, ev := range s.events {
+		bodies[string(ev.Body)] = true
+	}
+	if len(s.events) != 2 || !bodies[appA] || !bodies[appB] {
+		t.Errorf("the action got %d events, bodies %v; want 2, one per body", len(s.events), bodies)
+	}
+	if note, ok, _ := f.store.GetPoison(context.Background(), "m2", time.Now()); ok {
+		t.Errorf("poison note for the second hook's delivery: %+v; want none", note)
+	}
+}
+
+// A GitHub delivery received before deliveries were keyed by their body
+// has its record under wh:<source>:<delivery-id>. Its redelivery (GitHub's
+// Redeliver, a DLQ redrive) under that id is settled by that record: it
+// does not run twice. Another body under the id (another hook's) runs.
+func TestGitHubRecordUnderTheDeliveryIDStillCounts(t *testing.T) {
+	const id = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+	body := `{"action":"opened","number":7,"repository":{"id":1}}`
+	other := `{"action":"opened","number":7,"installation":{"id":2}}`
+	idKey, err := inbound.Key("gh", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// before stores what the queue path stored before the change: the
+	// delivery's record under its id, from the engine's own run.
+	before := func(f *fixture, body string, work oncely.Work) {
+		t.Helper()
+		fp, err := inbound.Fingerprint(inbound.GitHub, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.engine.Run(context.Background(), oncely.Request{Key: idKey, Fingerprint: fp}, work)
+	}
+	const ranNow = `{"status":200,"json":{"ok":true}}` // seen.do's result, stored
+	succeeded := func(context.Context) ([]byte, oncely.Effects, error) {
+		return []byte(`{"json":{"ran":"before"}}`), nil, nil
+	}
+	for _, c := range []struct {
+		name   string
+		setup  func(*fixture)
+		body   string
+		runs   int
+		ack    bool
+		status idem.Status
+		code   idem.Code
+		result string
+	}{
+		{name: "succeeded: its result, without a run", setup: func(f *fixture) { before(f, body, succeeded) },
+			body: body, runs: 0, ack: true, status: idem.StatusSucceeded, result: `{"json":{"ran":"before"}}`},
+		{name: "failed for good: its failure, without a run", body: body, runs: 0, ack: true, status: idem.StatusFailed, code: "HTTP_404",
+			setup: func(f *fixture) {
+				before(f, body, func(context.Context) ([]byte, oncely.Effects, error) {
+					return nil, nil, oncely.PermanentCode("HTTP_404", errors.New("404"))
+				})
+			}},
+		{name: "in progress elsewhere: back to the queue, without a run", body: body, runs: 0, ack: false, status: idem.StatusFailed, code: idem.CodeTransientFailure,
+			setup: func(f *fixture) {
+				now := time.Now()
+				fp, _ := inbound.Fingerprint(inbound.GitHub, []byte(body))
+				_, _, _ = f.store.Reserve(context.Background(), idem.Reservation{Key: idKey, Fingerprint: fp, Token: "old-version",
+					Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Hour)})
+			}},
+		{name: "released after a transient failure: runs, as its next delivery would", body: body, runs: 1, ack: true, status: idem.StatusSucceeded, result: ranNow,
+			setup: func(f *fixture) {
+				before(f, body, func(context.Context) ([]byte, oncely.Effects, error) {
+					return nil, nil, oncely.TransientNextDelivery(errors.New("503"))
+				})
+			}},
+		{name: "another body under the id (another hook's): runs", setup: func(f *fixture) { before(f, other, succeeded) },
+			body: body, runs: 1, ack: true, status: idem.StatusSucceeded, result: ranNow},
+		{name: "no record under the id: runs", setup: func(*fixture) {},
+			body: body, runs: 1, ack: true, status: idem.StatusSucceeded, result: ranNow},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var s seen
+			f := newFixture(t, func(o *fixtureOptions) { o.action, o.maxBody = s.do, 1<<20 })
+			c.setup(f)
+			idRecord, idFound, _ := f.store.Get(context.Background(), idKey, time.Now())
+			_, results, err := f.h.Handle(context.Background(), batch(false, rec{id: "m1", body: ghEnvelope(id, c.body)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.events) != c.runs || results[0].Ack() != c.ack {
+				t.Errorf("the action ran %d times, acknowledged %v (%+v); want %d, %v", len(s.events), results[0].Ack(), results[0], c.runs, c.ack)
+			}
+			rec, ok, _ := f.store.Get(context.Background(), ghKey(t, c.body), time.Now())
+			if !ok || rec.Status != c.status || rec.ErrorCode != c.code || string(rec.Result) != c.result {
+				t.Errorf("the body's record: %+v (found %v); want %s %s %s", rec, ok, c.status, c.code, c.result)
+			}
+			if after, found, _ := f.store.Get(context.Background(), idKey, time.Now()); found != idFound || !cmp.Equal(after, idRecord) {
+				t.Errorf("the record under the id changed: %+v, want %+v", after, idRecord)
 			}
 		})
 	}

@@ -88,11 +88,12 @@ func scripted(ctx context.Context, ev action.Event) (action.Result, error) {
 const fixturePause = 15 * time.Second
 
 type fixture struct {
-	store *memstore.Store
-	vis   *recorder
-	h     *queue.Handler
-	keys  *keyexpr.Extractor
-	logs  *bytes.Buffer
+	store  *memstore.Store
+	engine *oncely.Engine // the queue path's
+	vis    *recorder
+	h      *queue.Handler
+	keys   *keyexpr.Extractor
+	logs   *bytes.Buffer
 }
 
 // fixtureOptions are what a test may change of the queue path.
@@ -122,7 +123,8 @@ func newFixture(t testing.TB, mod ...func(*fixtureOptions)) *fixture {
 		m(&o)
 	}
 	f.keys = o.keys
-	f.h, err = queue.New(engineref.Wrap(engine).(*oncely.Engine), o.keys, o.action, sqsbatch.Options{MaxBodyBytes: o.maxBody,
+	f.engine = engineref.Wrap(engine).(*oncely.Engine)
+	f.h, err = queue.New(f.engine, o.keys, o.action, sqsbatch.Options{MaxBodyBytes: o.maxBody,
 		Backoff: &sqsbatch.Backoff{SQS: f.vis, Base: 10 * time.Second, Max: time.Minute}})
 	if err != nil {
 		t.Fatal(err)

@@ -129,7 +129,7 @@ func TestWebhookResponses(t *testing.T) {
 	}{
 		{name: "standard webhooks: queued", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:acme:msg_1"},
 		{name: "stripe: queued", req: hook("pay", map[string]string{"Stripe-Signature": webhooksender.Stripe(hookNow, []byte(stripeBody), "whsec_stripe_endpoint_secret_0001")}, stripeBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:pay:evt_1"},
-		{name: "github: queued", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody)), "X-GitHub-Delivery": "d-1"}, ghBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:gh:d-1"},
+		{name: "github: queued", req: hook("gh", map[string]string{"X-Hub-Signature-256": webhooksender.GitHub("github-webhook-secret-0001", []byte(ghBody)), "X-GitHub-Delivery": "d-1"}, ghBody), status: 202, outcome: receiving.WebhookQueued, key: "wh:gh:sha256:d2e904a84c3ed6ca0681ebc84e79ace95de2cd7619598c47eab6d643b35d35fe"}, // keyed by the body (printf %s {"hook_id":1,"zen":"Design for failure."} | sha256sum)
 		{name: "a base64-encoded body is verified as its bytes", req: hook("acme", signedSW("msg_2", swBody, hookNow), base64.StdEncoding.EncodeToString([]byte(swBody)), func(r *events.APIGatewayV2HTTPRequest) { r.IsBase64Encoded = true }), status: 202, outcome: receiving.WebhookQueued, key: "wh:acme:msg_2"},
 		{name: "$default route, named stage", req: hook("acme", signedSW("msg_3", swBody, hookNow), swBody, func(r *events.APIGatewayV2HTTPRequest) {
 			r.RouteKey, r.RequestContext.RouteKey, r.RequestContext.Stage, r.RawPath, r.PathParameters = "$default", "$default", "prod", "/prod/webhooks/acme", nil
