@@ -251,7 +251,7 @@ func capacityRows(ctx context.Context, moto string) ([]capRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store})
+	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store}, queue.Proof{})
 	if err != nil {
 		return nil, err
 	}

@@ -235,7 +235,7 @@ func storeCalls(ctx context.Context, moto string) ([]figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store})
+	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store}, queue.Proof{})
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +363,7 @@ func batchLatency(ctx context.Context) ([]figure, error) {
 			if err != nil {
 				return nil, err
 			}
-			h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store, MaxConcurrency: conc})
+			h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, n.Do, sqsbatch.Options{Poison: store, MaxConcurrency: conc}, queue.Proof{})
 			if err != nil {
 				return nil, err
 			}

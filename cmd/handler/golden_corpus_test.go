@@ -142,7 +142,7 @@ func TestGolden(t *testing.T) {
 	g.rewire("ledger-init", map[string]string{
 		config.EnvAction: config.ActionLedger, config.EnvLedgerTable: ledgerTable, config.EnvNamespace: "golden-ledger",
 		config.EnvDownstreamURLSecret: "", config.EnvWebhookSecret: "", config.EnvInboundWebhooks: "",
-		config.EnvInboundSources: "", config.EnvInboundQueueURL: "",
+		config.EnvInboundSources: "", config.EnvInboundQueueURL: "", config.EnvInboundProofSecret: "",
 	})
 	g.at(8 * time.Minute)
 	g.invoke("ledger-api-created", apiRequest("golden-key-0101", `{"id":"ledger-1","action":"record","amount":3}`))

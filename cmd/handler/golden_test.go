@@ -81,6 +81,8 @@ const (
 	urlSecret       = "oncely/downstream-url"
 	signingSecret   = "oncely/webhook-signing"
 	sourcesSecret   = "oncely/inbound-sources"
+	proofSecret     = "oncely/inbound-proof"
+	proofKey        = "Vq3nM8sTgolden0envelope0proof0k1"
 	signingKey      = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	acmeKey         = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 	stripeKey       = "whsec_stripe0golden0secret0for0tests"
@@ -321,6 +323,7 @@ func newGolden(t *testing.T) *golden {
 	g.aws = &fakeAWS{secrets: map[string]string{
 		urlSecret:     down.URL + "/hooks",
 		signingSecret: signingKey,
+		proofSecret:   proofKey,
 		sourcesSecret: fmt.Sprintf(`{"acme":{"scheme":"standard-webhooks","secrets":[%q]},"stripe":{"scheme":"stripe","secrets":[%q]},"github":{"scheme":"github","secrets":[%q]}}`, acmeKey, stripeKey, githubKey),
 	}}
 	fake := httptest.NewServer(g.aws)
@@ -354,6 +357,7 @@ func newGolden(t *testing.T) *golden {
 		config.EnvInboundWebhooks:         "on",
 		config.EnvInboundSources:          sourcesSecret,
 		config.EnvInboundQueueURL:         inboundQueueURL,
+		config.EnvInboundProofSecret:      proofSecret,
 		config.EnvJWTIssuer:               "https://auth.example.invalid/",
 		config.EnvFunctionName:            "oncely-golden",
 		config.EnvTransientStatuses:       "",
@@ -419,7 +423,7 @@ var goldenClearedEnv = []string{
 	config.EnvJWTIssuer, config.EnvNotifyTimeout, config.EnvTransientStatuses, config.EnvAction,
 	config.EnvLedgerTable, config.EnvWebhookSigning, config.EnvWebhookSecret, config.EnvWebhookRefresh,
 	config.EnvInboundWebhooks, config.EnvInboundSources, config.EnvInboundRefresh, config.EnvInboundQueueURL,
-	config.EnvInboundTolerance, "AWS_SAM_LOCAL",
+	config.EnvInboundTolerance, config.EnvInboundProofSecret, config.EnvInboundProofSince, "AWS_SAM_LOCAL",
 }
 
 // newToken is the engine's fencing tokens: distinct, in the format of

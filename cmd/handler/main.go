@@ -55,6 +55,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,8 +294,12 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	proof, proofRead := envelopeProof(cfg.Proof, sm, logger)
 	webhooks, sources, inboundRead := receivingRoute(cfg.Inbound, sm, sqsClient, logger)
-	if err := readSecrets(ctx, logger, append(act.reads, inboundRead...)); err != nil {
+	if webhooks != nil {
+		webhooks.Proof = proof.Keys
+	}
+	if err := readSecrets(ctx, logger, slices.Concat(act.reads, inboundRead, proofRead)); err != nil {
 		return nil, err
 	}
 	if err := <-probed; err != nil {
@@ -311,7 +316,7 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if wrapAction != nil {
 		act.do = wrapAction(act.do)
 	}
-	if r.SQS, r.HTTP, r.Receiving, err = adapters(cfg, engine, act.do, webhooks, sqsClient, logger); err != nil {
+	if r.SQS, r.HTTP, r.Receiving, err = adapters(cfg, engine, act.do, webhooks, proof, sqsClient, logger); err != nil {
 		return nil, err
 	}
 	// Only a set secret reports its health: a nil pointer in the interface
@@ -476,14 +481,14 @@ func (a wiredAction) firstInvoke(budget oncely.Budget, logger *slog.Logger) func
 
 // adapters builds the SQS and HTTP adapters around the engine and the
 // action. The queue path is the public sqsbatch's, on the same engine.
-func adapters(cfg config.Config, engine *oncely.Engine, act action.Func, webhooks *receiving.Options, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *eventsapi.Handler, *receiving.Handler, error) {
+func adapters(cfg config.Config, engine *oncely.Engine, act action.Func, webhooks *receiving.Options, proof queue.Proof, sqsClient *sqs.Client, logger *slog.Logger) (*queue.Handler, *eventsapi.Handler, *receiving.Handler, error) {
 	var backoff *sqsbatch.Backoff
 	if !cfg.QueueBackoff.Off {
 		backoff = &sqsbatch.Backoff{SQS: sqsClient, Base: cfg.QueueBackoff.Base, Max: cfg.QueueBackoff.Max}
 	}
 	sqsHandler, err := queue.New(engine, cfg.Keys, act, sqsbatch.Options{
 		MaxConcurrency: cfg.MaxConcurrency, MaxBodyBytes: cfg.MaxBodyBytes, Backoff: backoff,
-	})
+	}, proof)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -500,6 +505,24 @@ func adapters(cfg config.Config, engine *oncely.Engine, act action.Func, webhook
 		return nil, nil, nil, err
 	}
 	return sqsHandler, api, hooks, nil
+}
+
+// envelopeProof wires the inbound envelope proof (docs/inbound-webhooks.md):
+// the proof secret's live keys, which the receiving route proves each
+// envelope with and the queue path checks them with, read at init like
+// every secret (a missing secret or permission fails the init), and the
+// cutover. Without INBOUND_PROOF_SECRET, Keys is nil.
+func envelopeProof(p config.Proof, secrets secretsource.API, logger *slog.Logger) (queue.Proof, []initRead) {
+	proof := queue.Proof{Since: p.Since}
+	if p.Secret == "" {
+		return proof, nil
+	}
+	keys := secretsource.New(secrets, p.Secret, 0, logger)
+	proof.Keys = keys
+	return proof, []initRead{{env: config.EnvInboundProofSecret, secret: p.Secret, read: func(ctx context.Context) error {
+		_, err := keys.Reload(ctx)
+		return err
+	}}}
 }
 
 // receivingRoute wires the receiving route POST /webhooks/{source}, or returns

@@ -66,6 +66,8 @@ const (
 	EnvInboundRefresh      = "INBOUND_SOURCES_REFRESH"
 	EnvInboundQueueURL     = "INBOUND_QUEUE_URL"
 	EnvInboundTolerance    = "INBOUND_TOLERANCE"
+	EnvInboundProofSecret  = "INBOUND_PROOF_SECRET"
+	EnvInboundProofSince   = "INBOUND_PROOF_SINCE"
 	EnvFunctionName        = "AWS_LAMBDA_FUNCTION_NAME" // set by Lambda; the default namespace
 )
 
@@ -85,6 +87,7 @@ var Variables = []string{
 	EnvMaxBodyBytes, EnvAction, EnvLedgerTable, EnvDownstreamURL, EnvDownstreamURLSecret, EnvNotifyTimeout, EnvTransientStatuses,
 	EnvWebhookSigning, EnvWebhookSecret, EnvWebhookRefresh, EnvJWTIssuer,
 	EnvInboundWebhooks, EnvInboundSources, EnvInboundRefresh, EnvInboundQueueURL, EnvInboundTolerance,
+	EnvInboundProofSecret, EnvInboundProofSince,
 }
 
 // MaxInboundTolerance bounds INBOUND_TOLERANCE: a wider window lets a
@@ -127,6 +130,7 @@ type Config struct {
 	TransientStatuses map[int]bool
 	Signing           Signing
 	Inbound           Inbound
+	Proof             Proof
 }
 
 // SentPause is the engine's pause after a request that may have reached
@@ -149,6 +153,22 @@ type Inbound struct {
 	Refresh   time.Duration // re-read interval; 0: secretsource's default
 	QueueURL  string        // the standard events queue
 	Tolerance time.Duration // 0: inbound.DefaultTolerance
+}
+
+// Proof is the inbound envelope proof (docs/inbound-webhooks.md): the
+// receiving route proves each envelope it queues with the secret's live
+// keys; the queue path accepts an envelope only with a proof, or without
+// one if SQS received it before Since. It is read whether or not the route
+// is on here: the queue function, which has no route, checks the proofs.
+type Proof struct {
+	// Secret is the proof secret's ARN or name (INBOUND_PROOF_SECRET):
+	// required with INBOUND_WEBHOOKS=on; on the queue function, unset
+	// leaves no proof checkable (envelopes are judged as unproved).
+	Secret string
+	// Since is the cutover (INBOUND_PROOF_SINCE, RFC 3339): an envelope
+	// without a proof, sent at or after it, is refused. Zero (unset): none
+	// is, as before proofs existed.
+	Since time.Time
 }
 
 // Signing is how deliveries are signed (Standard Webhooks).
@@ -175,6 +195,7 @@ func Load(getenv func(string) string) (Config, error) {
 		p.fail(EnvWebhookSecret, "the ARN or name of the Secrets Manager secret that signs deliveries (or WEBHOOK_SIGNING=off, which docs/security.md explains)", "")
 	}
 	c.Inbound = p.inbound()
+	c.Proof = p.proof(c.Inbound.On)
 	c.Namespace = p.namespace()
 	p.crossCheck(c)
 	if p.err == nil {
@@ -356,6 +377,24 @@ func (p *parser) inbound() Inbound {
 		p.fail(EnvInboundTolerance, fmt.Sprintf("at most %v (a wider window lets a captured delivery be replayed for longer)", MaxInboundTolerance), in.Tolerance.String())
 	}
 	return in
+}
+
+// proof reads the envelope proof's variables: the secret is required
+// when the route is on (its envelopes are refused after the cutover
+// without a proof).
+func (p *parser) proof(routeOn bool) Proof {
+	pr := Proof{Secret: strings.TrimSpace(p.getenv(EnvInboundProofSecret))}
+	if routeOn && pr.Secret == "" {
+		p.fail(EnvInboundProofSecret, "the ARN or name of the Secrets Manager secret that proves envelopes to the queue function (INBOUND_WEBHOOKS is on)", "")
+	}
+	if v := strings.TrimSpace(p.getenv(EnvInboundProofSince)); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			p.fail(EnvInboundProofSince, "an RFC 3339 time such as 2026-03-01T12:00:00Z (the cutover: envelopes queued after it need a proof), or unset", v)
+		}
+		pr.Since = t
+	}
+	return pr
 }
 
 // queueURL returns an SQS queue URL: an http or https URL with a host.

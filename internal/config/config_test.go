@@ -265,6 +265,10 @@ func TestLoadInbound(t *testing.T) {
 		t.Errorf("unset INBOUND_WEBHOOKS: %+v, %v; want the route off, nothing else read", c.Inbound, err)
 	}
 	m[EnvInboundWebhooks], m[EnvInboundTolerance], m[EnvInboundRefresh] = "ON", "2m", "30s"
+	if _, err := Load(env(m)); err == nil || !strings.Contains(err.Error(), "INBOUND_PROOF_SECRET: want the ARN or name") {
+		t.Errorf("the route on without a proof secret: %v; want INBOUND_PROOF_SECRET required", err)
+	}
+	m[EnvInboundProofSecret] = "arn:aws:secretsmanager:us-east-1:1:secret:proof"
 	c, err = Load(env(m))
 	want := Inbound{On: true, Secret: "arn:aws:secretsmanager:us-east-1:1:secret:sources", QueueURL: "https://sqs.us-east-1.amazonaws.com/1/events",
 		Tolerance: 2 * time.Minute, Refresh: 30 * time.Second}
@@ -280,6 +284,7 @@ func TestLoadInbound(t *testing.T) {
 		{"tolerance beyond an hour", EnvInboundTolerance, "2h", "INBOUND_TOLERANCE: want at most 1h0m0s"},
 		{"tolerance word", EnvInboundTolerance, "lax", "INBOUND_TOLERANCE: want a positive Go duration"},
 		{"refresh", EnvInboundRefresh, "0s", "INBOUND_SOURCES_REFRESH: want a positive Go duration"},
+		{"cutover not a time", EnvInboundProofSince, "yesterday", "INBOUND_PROOF_SINCE: want an RFC 3339 time"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m2 := map[string]string{}
@@ -291,6 +296,21 @@ func TestLoadInbound(t *testing.T) {
 				t.Errorf("Load = %v; want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The proof's variables are read with the route off too (the queue
+// function checks proofs without serving the route); unset, no cutover.
+func TestLoadProof(t *testing.T) {
+	m := base()
+	c, err := Load(env(m))
+	if err != nil || c.Proof != (Proof{}) {
+		t.Errorf("unset: %+v, %v; want no secret and no cutover", c.Proof, err)
+	}
+	m[EnvInboundProofSecret], m[EnvInboundProofSince] = "proof", "2026-03-01T12:00:00+01:00"
+	c, err = Load(env(m))
+	if want := (Proof{Secret: "proof", Since: time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC)}); err != nil || c.Proof.Secret != want.Secret || !c.Proof.Since.Equal(want.Since) {
+		t.Errorf("got %+v, %v; want %+v", c.Proof, err, want)
 	}
 }
 

@@ -166,3 +166,86 @@ func TestInboundWebhooksTemplate(t *testing.T) {
 		}
 	})
 }
+
+// The inbound envelope proof (docs/inbound-webhooks.md): one generated
+// secret, kept, that both functions read (the API function proves with it,
+// the queue function checks) and no other grant names; the queue
+// function's cutover is a parameter, empty by default (unproved envelopes
+// accepted as before: deploying this version changes nothing until the
+// operator sets it); an alarm watches the queue function's count of
+// refused envelopes. Least privilege of the grants: checkIAM, which gives
+// each function GetSecretValue exactly on the secrets its environment
+// names.
+func TestInboundEnvelopeProofTemplate(t *testing.T) {
+	tpl := loadTemplate(t)
+	apiFn, queueFn := tpl.split(t)
+	off, on := map[string]string{"InboundWebhooks": "off"}, map[string]string{"InboundWebhooks": "on"}
+	var secret string
+	for _, fn := range []string{apiFn, queueFn} {
+		v := tpl.env(fn)[config.EnvInboundProofSecret]
+		if v == nil || v.Tag != "!If" || len(v.Content) != 3 {
+			t.Fatalf("%s: %s got %s, want !If [InboundOn, !Ref <secret>, \"\"]", fn, config.EnvInboundProofSecret, describe(v))
+		}
+		s, ok := ref(v.Content[1])
+		if !tpl.condition(v.Content[0].Value, on) || tpl.condition(v.Content[0].Value, off) || !ok || str(v.Content[2]) != "" {
+			t.Fatalf("%s: %s got %s, want the secret when InboundWebhooks=on, empty when off", fn, config.EnvInboundProofSecret, describe(v))
+		}
+		if secret != "" && s != secret {
+			t.Errorf("%s reads proof secret %s, the other function %s; want one secret for both", fn, s, secret)
+		}
+		secret = s
+	}
+	if str(get(tpl.resources[secret], "Type")) != "AWS::SecretsManager::Secret" || tpl.exists(secret, off) || !tpl.exists(secret, on) {
+		t.Errorf("%s: want a Secrets Manager secret created exactly when InboundWebhooks=on", secret)
+	}
+	for _, k := range []string{"DeletionPolicy", "UpdateReplacePolicy"} {
+		if got := str(get(tpl.resources[secret], k)); got != "Retain" {
+			t.Errorf("%s: %s %q; want Retain (a new key would refuse every proved envelope waiting in the queue and the DLQ)", secret, k, got)
+		}
+	}
+	if want := "ExcludePunctuation: true PasswordLength: 32"; describe(sortedMapping(get(tpl.props(secret), "GenerateSecretString"))) != want {
+		t.Errorf("%s: GenerateSecretString %s; want exactly %s (a 24-byte base64 key, never regenerated)", secret, describe(get(tpl.props(secret), "GenerateSecretString")), want)
+	}
+	// Exactly the two roles name it, each with GetSecretValue alone.
+	for _, fn := range []string{apiFn, queueFn} {
+		n := 0
+		for _, st := range tpl.statements(tpl.roleStatements(t, fn), on) {
+			for _, r := range items(get(st, "Resource")) {
+				if id, ok := ref(r); ok && id == secret {
+					n++
+					if got := scalars(get(st, "Action")); !slices.Equal(got, []string{"secretsmanager:GetSecretValue"}) {
+						t.Errorf("%s: actions %v on %s; want secretsmanager:GetSecretValue alone", fn, got, secret)
+					}
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d grants on %s; want exactly one (InboundWebhooks=on)", fn, n, secret)
+		}
+	}
+
+	since := tpl.env(queueFn)[config.EnvInboundProofSince]
+	if p, ok := ref(since); !ok || str(get(tpl.root, "Parameters", p, "Default")) != "" {
+		t.Errorf("%s: %s got %s; want !Ref a parameter whose default is empty (no cutover until the operator sets it)", queueFn, config.EnvInboundProofSince, describe(since))
+	}
+	if v := tpl.env(apiFn)[config.EnvInboundProofSince]; v != nil {
+		t.Errorf("%s: %s is set; want it on the queue function only (the route proves; the queue path judges)", apiFn, config.EnvInboundProofSince)
+	}
+
+	alarmed := false
+	for _, alarm := range tpl.ofType("AWS::CloudWatch::Alarm") {
+		p := tpl.props(alarm)
+		if str(get(p, "MetricName")) != "envelope_unproved" {
+			continue
+		}
+		for _, d := range items(get(p, "Dimensions")) {
+			if id, ok := ref(get(d, "Value")); ok && str(get(d, "Name")) == "FunctionName" && id == queueFn && get(tpl.resources[alarm], "Condition") == nil &&
+				intOr(t, get(p, "Threshold"), -1) == 0 {
+				alarmed = true
+			}
+		}
+	}
+	if !alarmed {
+		t.Errorf("no unconditional alarm on %s's envelope_unproved with threshold 0; want one (a forged envelope must be seen)", queueFn)
+	}
+}

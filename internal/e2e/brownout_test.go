@@ -52,10 +52,12 @@ func TestE2ESecretsManagerDownAtColdStart(t *testing.T) {
 	proxy, down := secretsBrownout(t)
 	sources := "oncely-e2e-sources-" + webhooksender.Alphanumeric(8)
 	urlSecret := "oncely-e2e-url-" + webhooksender.Alphanumeric(8)
+	proof := "oncely-e2e-proof-" + webhooksender.Alphanumeric(8)
 	f := startWith(t, fnOptions{timeout: 10, secrets: proxy, env: []string{"DOWNSTREAM_URL=", "DOWNSTREAM_URL_SECRET=" + urlSecret,
-		"INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET=" + sources, "INBOUND_QUEUE_URL=http://127.0.0.1:9/000000000000/unused"}})
+		"INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET=" + sources, "INBOUND_QUEUE_URL=http://127.0.0.1:9/000000000000/unused", "INBOUND_PROOF_SECRET=" + proof}})
 	ctx := context.Background()
-	for name, value := range map[string]string{urlSecret: f.downURL, sources: `{"acme":{"scheme":"standard-webhooks","secrets":["whsec_` + webhooksender.Alphanumeric(32) + `"]}}`} {
+	for name, value := range map[string]string{urlSecret: f.downURL, sources: `{"acme":{"scheme":"standard-webhooks","secrets":["whsec_` + webhooksender.Alphanumeric(32) + `"]}}`,
+		proof: webhooksender.Alphanumeric(32)} {
 		if _, err := f.sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}); err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +166,8 @@ func TestE2ESecretsManagerDownAtColdStart(t *testing.T) {
 // other secrets are read at the same time.
 func TestE2EMissingSecretStillFailsInitWithOneLine(t *testing.T) {
 	missing := "oncely-e2e-missing-" + webhooksender.Alphanumeric(8)
-	f := start(t, 10, "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+missing, "INBOUND_QUEUE_URL=http://127.0.0.1:9/000000000000/unused")
+	f := start(t, 10, "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+missing, "INBOUND_QUEUE_URL=http://127.0.0.1:9/000000000000/unused",
+		"INBOUND_PROOF_SECRET="+missing+"-proof")
 	body, err := f.emu.Invoke(context.Background(), sqsBatch(t, [2]string{"m1", body42}))
 	if err != nil {
 		t.Fatal(err)

@@ -103,9 +103,12 @@ type receiver struct {
 	q       *sqslocal.Scratch
 	sm      *secretsmanager.Client
 	arn     string
-	send    *senders
-	rows    []row
-	started time.Time
+	// proofARN is the envelope proof's secret, proofSince the queue
+	// function's cutover.
+	proofARN, proofSince string
+	send                 *senders
+	rows                 []row
+	started              time.Time
 }
 
 // row is one case's outcome, for the report.
@@ -189,7 +192,8 @@ func (r *receiver) startQueueFunction() {
 	emu, err := rie.Start(rie.Options{RIE: os.Getenv(envRIE), Bootstrap: bootstrap, Env: rie.Local{
 		DynamoDB: os.Getenv(ddblocal.EnvMoto), SQS: sqslocal.EndpointFromEnv(), Table: r.f.table, DownstreamURL: r.f.hookURL + "/webhook",
 		Name: "oncely-e2e", TimeoutSeconds: 10, WebhookSecret: r.f.secretARN,
-		Extra: []string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms"},
+		Extra: []string{"AWS_LAMBDA_LOG_FORMAT=JSON", "NOTIFY_TIMEOUT=1s", "IDEMPOTENCY_BACKOFF_BASE=10ms", "IDEMPOTENCY_BACKOFF_MAX=50ms",
+			"INBOUND_PROOF_SECRET=" + r.proofARN, "INBOUND_PROOF_SINCE=" + r.proofSince},
 	}.Env()})
 	if err != nil {
 		r.t.Fatal(err)
@@ -274,7 +278,16 @@ func TestE2EInboundWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.arn = *out.ARN
-	r.f = start(t, 10, "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+r.arn, "INBOUND_QUEUE_URL="+r.q.URL, "INBOUND_SOURCES_REFRESH="+refresh.String())
+	// The envelope proof's secret, read by both functions; the queue
+	// function's cutover is now: every envelope must be proved.
+	proof, err := r.sm.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{Name: aws.String("oncely-e2e-proof-" + webhooksender.Alphanumeric(8)),
+		SecretString: aws.String(webhooksender.Alphanumeric(32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.proofARN, r.proofSince = *proof.ARN, time.Now().Add(-time.Second).UTC().Format(time.RFC3339)
+	r.f = start(t, 10, "INBOUND_WEBHOOKS=on", "INBOUND_SOURCES_SECRET="+r.arn, "INBOUND_QUEUE_URL="+r.q.URL, "INBOUND_SOURCES_REFRESH="+refresh.String(),
+		"INBOUND_PROOF_SECRET="+r.proofARN)
 	r.startQueueFunction()
 
 	now := time.Now
@@ -367,11 +380,22 @@ func TestE2EInboundWebhooks(t *testing.T) {
 	r.post("github: the event's id, another hook's body", "github", gh(ghDelivery, ghHook(5), ghNew), ghHook(5), 202, "", ghKey(ghHook(5)))
 	r.drain()
 
+	// 6. A queue producer's envelope (no proof, after the cutover): an
+	// ENVELOPE_UNPROVED note, never run.
+	forged := r.q.Send(t, `{"oncely_inbound":1,"source":"stripe","scheme":"stripe","delivery_id":"evt_forged","body":{"id":"evt_forged","type":"invoice.paid"}}`, "")
+	r.drain()
+
 	// What the queue path did with each queued delivery: the route's log
 	// line names the message it queued, the record's line its outcome.
 	store, err := ddbstore.New(r.f.client, r.f.table, "oncely-e2e")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if note, ok, err := store.GetPoison(context.Background(), forged, time.Now()); !ok || err != nil || note.Reason != "ENVELOPE_UNPROVED" {
+		t.Errorf("a producer's envelope: note %+v, %v, %v; want ENVELOPE_UNPROVED", note, ok, err)
+	}
+	if n := r.f.down.Count("wh:stripe:evt_forged"); n != 0 {
+		t.Errorf("a producer's envelope was delivered %d times; want never", n)
 	}
 	queuedAs, outcome := map[string]string{}, map[string]string{} // API request id -> message id -> outcome
 	for _, line := range strings.Split(r.logs(), "\n") {

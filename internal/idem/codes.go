@@ -55,6 +55,12 @@ const (
 	// the sources could not be read); nothing was queued: the sender
 	// retries (503, or 500 when a retry cannot help).
 	CodeInboundUnavailable Code = "INBOUND_UNAVAILABLE"
+	// CodeEnvelopeUnproved: a queue message that is an inbound envelope
+	// but does not prove it came from the receiving route: no proof
+	// (sent after INBOUND_PROOF_SINCE), a proof no live key makes, or a
+	// body changed since it was proved. A poison note is stored; the
+	// action never runs (a queue producer forged it, or it was altered).
+	CodeEnvelopeUnproved Code = "ENVELOPE_UNPROVED"
 )
 
 // sentences are the fixed sentences stored with failures, by code. A
@@ -95,7 +101,7 @@ var Codes = []Code{
 	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeFIFOGroupStopped, CodeCorruptRecord,
 	CodeNotFound, CodeMethodNotAllowed, CodeUnsupportedMediaType, CodeNoIdentity,
 	CodeUnknownSource, CodeSignatureMissing, CodeSignatureMalformed, CodeSignatureMismatch, CodeTimestampOutsideTolerance,
-	CodeInboundUnavailable,
+	CodeInboundUnavailable, CodeEnvelopeUnproved,
 }
 
 // PoisonReasons are the codes a poison note may carry: why a message could
@@ -103,4 +109,5 @@ var Codes = []Code{
 // test checks every note it writes against this list).
 var PoisonReasons = []Code{
 	CodeNotJSON, CodeKeyMissing, CodeInvalidAction, CodeTooLarge, CodeInvalidKey, CodeInvalidPayload, CodeKeyReused,
+	CodeEnvelopeUnproved,
 }

@@ -26,8 +26,9 @@ var markerPrefix = []byte(`{"` + Marker + `":`)
 //	{"oncely_inbound":1,"source":"stripe","scheme":"stripe","delivery_id":"evt_…","body":<the sender's body>}
 //
 // The body is embedded as the JSON it is, not re-encoded, so the action
-// gets the sender's bytes. The envelope is not signed: whoever may send
-// to the events queue can forge one, as they can send any event.
+// gets the sender's bytes. The envelope itself is not signed: the route
+// proves it in the message's ProofAttribute (Prove), and the queue path
+// runs only a proved one (or, until the cutover, one queued before it).
 type Envelope struct {
 	Source     string          `json:"source"`
 	Scheme     Scheme          `json:"scheme"`

@@ -140,7 +140,7 @@ func testRetryQuota(t *testing.T, visibility bool) {
 	h, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, func(context.Context, action.Event) (action.Result, error) {
 		ran.Add(1)
 		return action.Result{}, nil
-	}, o)
+	}, o, queue.Proof{})
 	if err != nil {
 		t.Fatal(err)
 	}

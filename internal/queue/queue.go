@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -22,22 +25,90 @@ import (
 	"github.com/oncely/oncely/sqsbatch"
 )
 
+// Proof is how the queue path tells an inbound envelope the receiving
+// route queued from one anyone else sent to the queue: the route proves
+// each envelope in its inbound.ProofAttribute message attribute, an
+// HMAC-SHA256 of the message body with the proof secret's live keys.
+//
+//   - An envelope with a proof runs only if one of Keys' keys makes it
+//     (a proof of other bytes, or with another key, is refused).
+//   - An envelope without one runs only if no cutover is set (Since is
+//     zero: unproved envelopes run, as before proofs existed) or SQS
+//     received it (its SentTimestamp, which a redrive from the DLQ keeps)
+//     before Since.
+//
+// A refused envelope is acknowledged with an ENVELOPE_UNPROVED poison
+// note; its action never runs and no record of its key is touched.
+type Proof struct {
+	// Keys are the proof secret's live keys (INBOUND_PROOF_SECRET, a
+	// *secretsource.Source). Nil: no proof can be checked, and the
+	// attribute is ignored (every envelope is judged as unproved).
+	Keys ProofKeys
+	// Since is the cutover (INBOUND_PROOF_SINCE): an unproved envelope
+	// sent at or after it is refused. Zero: none is.
+	Since time.Time
+}
+
+// ProofKeys gives the proof secret's live keys (*secretsource.Source).
+type ProofKeys interface {
+	Keys(ctx context.Context) ([][]byte, error)
+}
+
 // Handler is the queue path: the public sqsbatch adapter, with the
-// product's decoder and its action.
-type Handler = sqsbatch.Handler[action.Event]
+// product's decoder and its action. It is safe for concurrent use.
+type Handler struct {
+	batch *sqsbatch.Handler[action.Event]
+	proof Proof
+	// keys are the proof keys the last batch that needed them read: the
+	// decoder, which has no context, checks proofs with them.
+	keys atomic.Pointer[[][]byte]
+}
 
 // New returns the queue path for act, keyed by keys (and inbound
-// envelopes by their own rule, see Decoder). A GitHub delivery's record
-// stored under its delivery id, before GitHub deliveries were keyed by
-// their body, is consulted before act runs (see idKeyed).
-func New(e *oncely.Engine, keys *keyexpr.Extractor, act action.Func, o sqsbatch.Options) (*Handler, error) {
+// envelopes by their own rule, once proved by p, see Proof). A GitHub
+// delivery's record stored under its delivery id, before GitHub deliveries
+// were keyed by their body, is consulted before act runs (see idKeyed).
+func New(e *oncely.Engine, keys *keyexpr.Extractor, act action.Func, o sqsbatch.Options, p Proof) (*Handler, error) {
+	h := &Handler{proof: p}
 	prior := idKeyed{e: engineref.Idem(e)}
-	return sqsbatch.New(e, Decoder(keys), func(ctx context.Context, ev action.Event) ([]byte, oncely.Effects, error) {
+	var err error
+	h.batch, err = sqsbatch.New(e, h.decoder(keys), func(ctx context.Context, ev action.Event) ([]byte, oncely.Effects, error) {
 		if result, err, settled := prior.settle(ctx, ev); settled {
 			return result, nil, err
 		}
 		return action.Work(act, ev)(ctx)
 	}, o)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Handle processes one batch (see sqsbatch.Handler.Handle). When a record
+// carries an envelope proof, the proof keys are read first, within ctx
+// (held keys are returned at once; a stale read is shared). Until a first
+// read of them succeeds (Secrets Manager down since the cold start), such
+// a batch fails whole and comes back: a proof that cannot be checked yet
+// is not a forgery, and must not become a poison note.
+func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, []sqsbatch.Result, error) {
+	if h.proof.Keys != nil && anyProof(ev.Records) {
+		keys, err := h.proof.Keys.Keys(ctx)
+		if err != nil {
+			return events.SQSEventResponse{}, nil, fmt.Errorf("queue: the envelope proof secret is not read yet, so the batch goes back: %w", err)
+		}
+		h.keys.Store(&keys)
+	}
+	return h.batch.Handle(ctx, ev)
+}
+
+// anyProof reports whether a record carries an envelope proof.
+func anyProof(records []events.SQSMessage) bool {
+	for _, m := range records {
+		if _, ok := m.MessageAttributes[inbound.ProofAttribute]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // idKeyed keeps meaningful the records stored under a GitHub delivery's
@@ -109,18 +180,25 @@ func (p idKeyed) settle(ctx context.Context, ev action.Event) (result []byte, er
 	return nil, nil, false
 }
 
-// Decoder is the ready function's decoder of queue messages. An inbound
-// webhook's envelope (package inbound) has its own key and fingerprint,
-// wh:<source>:<delivery-id> (a GitHub delivery's: wh:<source>:sha256:<digest>
-// of its body) and the sender's stable fields, whatever the
-// configured expressions say, and the action gets the sender's body; every
-// other body goes through the expressions, and the action gets it whole.
-func Decoder(keys *keyexpr.Extractor) sqsbatch.Decoder[action.Event] {
+// decoder is the ready function's decoder of queue messages. An inbound
+// webhook's envelope (package inbound), once proved (see Proof), has its
+// own key and fingerprint, wh:<source>:<delivery-id> (a GitHub
+// delivery's: wh:<source>:sha256:<digest> of its body) and the sender's
+// stable fields, whatever the configured expressions say, and the action
+// gets the sender's body; every other body goes through the expressions,
+// and the action gets it whole.
+func (h *Handler) decoder(keys *keyexpr.Extractor) sqsbatch.Decoder[action.Event] {
 	return func(m events.SQSMessage) (oncely.Request, action.Event, error) {
 		// The body's own bytes, not a copy (1 MiB per record otherwise):
-		// the envelope's decode and the expressions only read them.
+		// the proof, the envelope's decode and the expressions only read
+		// them.
 		body := unsafe.Slice(unsafe.StringData(m.Body), len(m.Body))
 		if inbound.IsEnvelope(body) {
+			// Proved before anything of it is believed: a forged envelope
+			// must not reach the store under a genuine delivery's key.
+			if err := h.prove(m, body); err != nil {
+				return oncely.Request{}, action.Event{}, err
+			}
 			env, err := inbound.DecodeEnvelope(body)
 			if err != nil {
 				return oncely.Request{}, action.Event{}, err
@@ -138,4 +216,40 @@ func Decoder(keys *keyexpr.Extractor) sqsbatch.Decoder[action.Event] {
 		}
 		return req, action.Event{Key: req.Key, Body: json.RawMessage(m.Body), Source: action.SourceSQS, ID: m.MessageId}, nil
 	}
+}
+
+// prove returns nil if the envelope m (whose body is body) may run, else
+// an ENVELOPE_UNPROVED error that says why without quoting anything.
+func (h *Handler) prove(m events.SQSMessage, body []byte) error {
+	if h.proof.Keys != nil {
+		if a, ok := m.MessageAttributes[inbound.ProofAttribute]; ok {
+			// Handle read the keys before this batch (anyProof).
+			if keys := h.keys.Load(); keys != nil && a.StringValue != nil && inbound.CheckProof(*keys, body, *a.StringValue) {
+				return nil
+			}
+			return unproved("its " + inbound.ProofAttribute + " attribute does not prove these bytes with a live proof key: it was made with another key, or the body was changed after it was queued")
+		}
+	}
+	if h.proof.Since.IsZero() {
+		return nil // no cutover yet: envelopes run unproved, as before
+	}
+	ms, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+	switch {
+	case err != nil:
+		return unproved("it has no proof, and no SentTimestamp to tell whether it was queued before INBOUND_PROOF_SINCE")
+	case time.UnixMilli(ms).Before(h.proof.Since):
+		return nil // queued before the cutover (a redrive keeps the time)
+	}
+	return unproved("it has no proof, and was queued at or after INBOUND_PROOF_SINCE (" + h.proof.Since.UTC().Format(time.RFC3339) + ")")
+}
+
+// Unproved reports whether the queue path refused a record as an
+// unproved envelope (an ENVELOPE_UNPROVED poison note): what the
+// envelope_unproved metric counts.
+func Unproved(r sqsbatch.Result) bool {
+	return r.Label == idem.LabelPoison && r.Code == idem.CodeEnvelopeUnproved
+}
+
+func unproved(why string) error {
+	return &idem.Error{Code: idem.CodeEnvelopeUnproved, Message: "the inbound envelope is not proved to come from the receiving route: " + why}
 }

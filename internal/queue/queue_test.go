@@ -101,6 +101,7 @@ type fixtureOptions struct {
 	action  action.Func
 	keys    *keyexpr.Extractor
 	maxBody int
+	proof   queue.Proof
 }
 
 func newFixture(t testing.TB, mod ...func(*fixtureOptions)) *fixture {
@@ -125,7 +126,7 @@ func newFixture(t testing.TB, mod ...func(*fixtureOptions)) *fixture {
 	f.keys = o.keys
 	f.engine = engineref.Wrap(engine).(*oncely.Engine)
 	f.h, err = queue.New(f.engine, o.keys, o.action, sqsbatch.Options{MaxBodyBytes: o.maxBody,
-		Backoff: &sqsbatch.Backoff{SQS: f.vis, Base: 10 * time.Second, Max: time.Minute}})
+		Backoff: &sqsbatch.Backoff{SQS: f.vis, Base: 10 * time.Second, Max: time.Minute}}, o.proof)
 	if err != nil {
 		t.Fatal(err)
 	}

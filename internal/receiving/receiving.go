@@ -38,13 +38,18 @@ const (
 // cannot sign with SigV4, so the route has no API Gateway authorizer: the
 // handler verifies the sender's signature before anything else is done
 // with the delivery, and makes no store call at all. Sources, Queue,
-// MaxMessageBytes and Engine are required.
+// Proof, MaxMessageBytes and Engine are required.
 type Options struct {
 	// Sources returns the configured senders (a secretsource.Document of
 	// inbound.ParseSources in the function).
 	Sources SourceSet
 	// Queue queues an envelope on the standard events queue.
 	Queue Queue
+	// Proof gives the live keys of the envelope proof's secret
+	// (INBOUND_PROOF_SECRET, a *secretsource.Source): every envelope is
+	// queued with inbound.ProofAttribute, proved with each of them, so
+	// that the queue path can tell it from one a queue producer made.
+	Proof ProofKeys
 	// MaxMessageBytes is the queue's message limit (sqssend.MaxMessageBytes).
 	// An envelope larger than it, or than Options.MaxBodyBytes (which the
 	// queue path refuses), is refused with 413.
@@ -70,8 +75,8 @@ type Handler struct {
 // New returns a Handler, or an error naming what is missing.
 func New(o Options) (*Handler, error) {
 	ie := engineref.Idem(o.Engine)
-	if o.Sources == nil || o.Queue == nil || o.MaxMessageBytes <= 0 || ie == nil {
-		return nil, errors.New("receiving: Options needs Sources, Queue, MaxMessageBytes and Engine")
+	if o.Sources == nil || o.Queue == nil || o.Proof == nil || o.MaxMessageBytes <= 0 || ie == nil {
+		return nil, errors.New("receiving: Options needs Sources, Queue, Proof, MaxMessageBytes and Engine")
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = idem.DefaultMaxEventBytes
@@ -99,9 +104,16 @@ type SourceSet interface {
 	Get(ctx context.Context) (*inbound.Sources, error)
 }
 
-// Queue sends one message and returns its id (*sqssend.Sender).
+// Queue sends one message, with string message attributes, and returns
+// its id (*sqssend.Sender).
 type Queue interface {
-	Send(ctx context.Context, body []byte) (string, error)
+	Send(ctx context.Context, body []byte, attributes map[string]string) (string, error)
+}
+
+// ProofKeys gives the envelope proof's live keys, current first
+// (*secretsource.Source).
+type ProofKeys interface {
+	Keys(ctx context.Context) ([][]byte, error)
 }
 
 // WebhookOutcome says in one word what happened to one request on the
@@ -287,12 +299,18 @@ func (h *Handler) source(ctx context.Context, name string) (*inbound.Source, *pr
 	return src, nil
 }
 
-// enqueue queues a verified delivery's envelope, within the call budget.
+// enqueue queues a verified delivery's envelope, with its proof, within
+// the call budget.
 func (h *Handler) enqueue(ctx context.Context, env []byte, d *delivery) *problem.Problem {
+	keys, err := h.o.Proof.Keys(ctx)
+	if err != nil {
+		// Not read yet (an outage since the cold start): an unproved
+		// envelope would be refused after the cutover, so none is queued.
+		return &problem.Problem{Status: 503, Code: idem.CodeInboundUnavailable, Detail: "the delivery was verified but could not be queued; nothing was kept: retry later", RetryAfter: time.Second, Cause: "the envelope proof's secret is not read: " + err.Error()}
+	}
 	sctx, cancel := h.budget.CallContext(ctx)
 	defer cancel()
-	var err error
-	d.messageID, err = h.o.Queue.Send(sctx, env)
+	d.messageID, err = h.o.Queue.Send(sctx, env, map[string]string{inbound.ProofAttribute: inbound.Prove(keys, env)})
 	switch {
 	case err == nil:
 		return nil

@@ -42,20 +42,33 @@ func (s staticSources) Get(context.Context) (*inbound.Sources, error) { return s
 
 // queue records what it is sent, or fails with err.
 type queue struct {
-	mu   sync.Mutex
-	sent [][]byte
-	err  error
+	mu    sync.Mutex
+	sent  [][]byte
+	attrs []map[string]string
+	err   error
 }
 
-func (q *queue) Send(_ context.Context, body []byte) (string, error) {
+func (q *queue) Send(_ context.Context, body []byte, attrs map[string]string) (string, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.err != nil {
 		return "", q.err
 	}
 	q.sent = append(q.sent, body)
+	q.attrs = append(q.attrs, attrs)
 	return "msg-" + string(rune('0'+len(q.sent))), nil
 }
+
+// proofKeys are the envelope proof's live keys, or err.
+type proofKeys struct {
+	keys [][]byte
+	err  error
+}
+
+func (p proofKeys) Keys(context.Context) ([][]byte, error) { return p.keys, p.err }
+
+// hookProofKeys are the fixture's proof keys: the current and the previous.
+var hookProofKeys = [][]byte{[]byte("proof-key-current-000000001"), []byte("proof-key-previous-00000001")}
 
 type hookFixture struct {
 	h     *receiving.Handler
@@ -76,7 +89,8 @@ func newHookFixture(t *testing.T, mod func(*receiving.Options)) *hookFixture {
 		t.Fatal(err)
 	}
 	o := receiving.Options{Engine: engineref.Wrap(engine).(*oncely.Engine), MaxBodyBytes: 2048, Logger: slog.New(slog.NewJSONHandler(f.logs, nil)),
-		Now: func() time.Time { return hookNow }, Sources: staticSources{s: srcs}, Queue: f.q, MaxMessageBytes: 4096}
+		Now: func() time.Time { return hookNow }, Sources: staticSources{s: srcs}, Queue: f.q, MaxMessageBytes: 4096,
+		Proof: proofKeys{keys: hookProofKeys}}
 	if mod != nil {
 		mod(&o)
 	}
@@ -154,6 +168,9 @@ func TestWebhookResponses(t *testing.T) {
 		{name: "queue misconfigured", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
 			o.Queue = &queue{err: idem.Permanent(errors.New("sqs: access to https://sqs.us-east-1.amazonaws.com/1/q denied"))}
 		}, status: 500, code: idem.CodeInboundUnavailable, outcome: receiving.WebhookQueueFailed, key: "wh:acme:msg_1"},
+		{name: "proof secret unreadable: nothing unproved is queued", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
+			o.Proof = proofKeys{err: idem.Transient(errors.New("secretsmanager down"))}
+		}, status: 503, code: idem.CodeInboundUnavailable, outcome: receiving.WebhookQueueFailed, key: "wh:acme:msg_1"},
 		{name: "sources unreadable", req: hook("acme", signedSW("msg_1", swBody, hookNow), swBody), mod: func(o *receiving.Options) {
 			o.Sources = staticSources{err: idem.Transient(errors.New("secretsmanager down"))}
 		}, status: 503, code: idem.CodeInboundUnavailable, outcome: receiving.WebhookQueueFailed},
@@ -192,6 +209,14 @@ func TestWebhookResponses(t *testing.T) {
 			}
 			if len(f.q.sent) != 1 {
 				t.Fatalf("%d messages queued; want 1", len(f.q.sent))
+			}
+			// The envelope is proved, over its exact bytes, with each
+			// live proof key (a queue function holding either accepts it).
+			proof := f.q.attrs[0][inbound.ProofAttribute]
+			for _, k := range hookProofKeys {
+				if !inbound.CheckProof([][]byte{k}, f.q.sent[0], proof) {
+					t.Errorf("attribute %s %q does not prove the envelope with key %q", inbound.ProofAttribute, proof, k)
+				}
 			}
 			env, err := inbound.DecodeEnvelope(f.q.sent[0])
 			if err != nil {
@@ -238,6 +263,10 @@ func TestNewNeedsWholeWebhooks(t *testing.T) {
 	engine, _ := oncely.New(memstore.New(), oncely.Options{})
 	if _, err := receiving.New(receiving.Options{Engine: engine, Queue: &queue{}, MaxMessageBytes: 4096}); err == nil {
 		t.Error("New accepted Options without Sources")
+	}
+	srcs, _ := inbound.ParseSources(hookSecrets)
+	if _, err := receiving.New(receiving.Options{Engine: engine, Sources: staticSources{s: srcs}, Queue: &queue{}, MaxMessageBytes: 4096}); err == nil {
+		t.Error("New accepted Options without Proof: its envelopes would be refused after the cutover")
 	}
 }
 

@@ -48,6 +48,7 @@ type harness struct {
 	counter *ddblocal.Counter
 	table   string
 	down    *fakewebhook.Server
+	store   *ddbstore.Store
 	metrics *syncBuffer
 	logs    *syncBuffer
 	mu      sync.Mutex
@@ -82,6 +83,7 @@ type harnessOptions struct {
 	payloadExpr   string
 	visibility    sqsbatch.VisibilityAPI
 	webhooks      *receiving.Options
+	proof         queue.Proof
 }
 
 func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
@@ -104,6 +106,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.store = store
 	hs := httptest.NewServer(h.down)
 	t.Cleanup(func() { h.down.Close(); hs.Close() })
 	logger := slog.New(slog.NewJSONHandler(h.logs, nil))
@@ -147,7 +150,7 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 	if o.visibility != nil {
 		so.Backoff = &sqsbatch.Backoff{SQS: o.visibility, Base: 10 * time.Second, Max: 80 * time.Second}
 	}
-	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, act, so)
+	sqs, err := queue.New(engineref.Wrap(engine).(*oncely.Engine), keys, act, so, o.proof)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +172,8 @@ func newHarness(t *testing.T, mods ...func(*harnessOptions)) *harness {
 // msg is one SQS message for a batch.
 type msg struct {
 	id, body, group string
+	// attrs are the record's String message attributes.
+	attrs map[string]string
 }
 
 func event(id, action string, extra ...string) string {
@@ -204,6 +209,10 @@ func loadSQS(t *testing.T, fifo bool, msgs ...msg) []byte {
 		}
 		if fifo {
 			r.Attributes["MessageGroupId"] = m.group
+		}
+		r.MessageAttributes = map[string]events.SQSMessageAttribute{}
+		for k, v := range m.attrs {
+			r.MessageAttributes[k] = events.SQSMessageAttribute{DataType: "String", StringValue: &v}
 		}
 		ev.Records = append(ev.Records, r)
 	}

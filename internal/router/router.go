@@ -57,6 +57,15 @@ const (
 	MetricSecretRefreshFailed = "secret_refresh_failed"
 )
 
+// MetricEnvelopeUnproved counts the inbound envelopes the queue path
+// refused as not proved to come from the receiving route (the
+// ENVELOPE_UNPROVED poison notes, also counted as poison): a queue
+// producer forged one, or one was changed on the queue. A template alarm
+// fires on any. It is written in an SQS document only when it is not zero:
+// every other document stays as it was before proofs existed, and an alarm
+// on it treats a missing value as none.
+const MetricEnvelopeUnproved = "envelope_unproved"
+
 // Metrics are the count metrics of the SQS and HTTP documents: one per
 // label, MetricVisibilityFailed and the signing secret's two.
 func Metrics() []string {
@@ -88,7 +97,9 @@ func WebhookMetrics() []string {
 // (nil for a value the function never writes).
 func MetricsFor(source string) []string {
 	switch source {
-	case SourceSQS, SourceHTTP:
+	case SourceSQS:
+		return append(Metrics(), MetricEnvelopeUnproved)
+	case SourceHTTP:
 		return Metrics()
 	case SourceWebhook:
 		return WebhookMetrics()
@@ -224,6 +235,9 @@ func (r *Router) handleSQS(ctx context.Context, records []events.SQSMessage, cou
 	}
 	for _, res := range results {
 		counts.Add(string(res.Label))
+		if queue.Unproved(res) {
+			counts.Add(MetricEnvelopeUnproved)
+		}
 		if res.VisibilityErr != nil {
 			counts.Add(MetricVisibilityFailed)
 		}
@@ -259,6 +273,9 @@ func (r *Router) writeMetrics(ctx context.Context, source string, counts *emf.Co
 		// counts wait for the next SQS or HTTP document, whose alarms
 		// watch them; this one counts the sources secret's.
 		names, secret = webhookMetricNames, r.InboundSecret
+	}
+	if counts.Get(MetricEnvelopeUnproved) > 0 {
+		names = append(slices.Clone(names), MetricEnvelopeUnproved)
 	}
 	if secret != nil {
 		c := secret.TakeCounts()

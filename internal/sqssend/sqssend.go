@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/oncely/oncely/awserr"
@@ -41,13 +42,24 @@ type Sender struct {
 // New returns a Sender for the queue at url.
 func New(api API, url string) *Sender { return &Sender{api: api, url: url} }
 
-// Send sends body and returns the message id SQS gave it. A body over
-// MaxMessageBytes is refused before sending (permanent).
-func (s *Sender) Send(ctx context.Context, body []byte) (string, error) {
+// Send sends body, with attributes as String message attributes (none if
+// empty: the envelope's proof, inbound.ProofAttribute), and returns the
+// message id SQS gave it. A body over MaxMessageBytes is refused before
+// sending (permanent). SQS counts the attributes in the message's size;
+// the proof's few hundred bytes are left out of the check here, and a
+// message SQS refuses is a permanent error.
+func (s *Sender) Send(ctx context.Context, body []byte, attributes map[string]string) (string, error) {
 	if len(body) > MaxMessageBytes {
 		return "", idem.Permanent(fmt.Errorf("sqs SendMessage to %s: the body is %d bytes; SQS accepts %d", s.url, len(body), MaxMessageBytes))
 	}
-	out, err := s.api.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(s.url), MessageBody: aws.String(string(body))})
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(s.url), MessageBody: aws.String(string(body))}
+	if len(attributes) > 0 {
+		in.MessageAttributes = make(map[string]types.MessageAttributeValue, len(attributes))
+		for name, v := range attributes {
+			in.MessageAttributes[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+		}
+	}
+	out, err := s.api.SendMessage(ctx, in)
 	if err != nil {
 		return "", s.classify(err)
 	}

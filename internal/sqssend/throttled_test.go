@@ -43,7 +43,7 @@ func TestSendRefusalsAreClassifiedByTheTranslator(t *testing.T) {
 		{"com.amazonaws.sqs#KmsAccessDenied", idem.ClassPermanent, "kms:GenerateDataKey"},
 	} {
 		t.Run(tt.typ, func(t *testing.T) {
-			_, err := sqssend.New(sqsAnswering(t, 400, tt.typ), "https://sqs.us-east-1.amazonaws.com/123456789012/q").Send(context.Background(), []byte("{}"))
+			_, err := sqssend.New(sqsAnswering(t, 400, tt.typ), "https://sqs.us-east-1.amazonaws.com/123456789012/q").Send(context.Background(), []byte("{}"), nil)
 			if got := idem.Classify(err); got != tt.want || !strings.Contains(err.Error(), tt.text) {
 				t.Errorf("got %v (%v), want %v naming %q", got, err, tt.want, tt.text)
 			}

@@ -72,6 +72,7 @@ func (q *Scratch) Receive(t TB, max, visibility int32) []events.SQSMessage {
 	out, err := q.Client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 		QueueUrl: &q.URL, MaxNumberOfMessages: max, VisibilityTimeout: visibility,
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageAttributeNames:       []string{"All"},
 	})
 	if err != nil {
 		t.Fatalf("receive: %v", err)
@@ -89,8 +90,14 @@ func (q *Scratch) Record(m types.Message) events.SQSMessage {
 	if parts := strings.Split(q.ARN, ":"); len(parts) == 6 {
 		region = parts[3]
 	}
-	return events.SQSMessage{
+	rec := events.SQSMessage{
 		MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body),
 		Md5OfBody: aws.ToString(m.MD5OfBody), Attributes: m.Attributes, EventSource: "aws:sqs", EventSourceARN: q.ARN, AWSRegion: region,
+		Md5OfMessageAttributes: aws.ToString(m.MD5OfMessageAttributes), MessageAttributes: map[string]events.SQSMessageAttribute{},
 	}
+	for k, v := range m.MessageAttributes {
+		rec.MessageAttributes[k] = events.SQSMessageAttribute{StringValue: v.StringValue, BinaryValue: v.BinaryValue,
+			DataType: aws.ToString(v.DataType), StringListValues: v.StringListValues, BinaryListValues: v.BinaryListValues}
+	}
+	return rec
 }
