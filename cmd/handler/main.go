@@ -327,6 +327,9 @@ func wire(ctx context.Context) (*router.Router, error) {
 	if sources != nil {
 		r.InboundSecret = sources
 	}
+	if keys, ok := proof.Keys.(*secretsource.Source); ok && keys != nil {
+		r.ProofSecret = keys
+	}
 	return r, nil
 }
 
@@ -517,7 +520,7 @@ func envelopeProof(p config.Proof, secrets secretsource.API, logger *slog.Logger
 	if p.Secret == "" {
 		return proof, nil
 	}
-	keys := secretsource.New(secrets, p.Secret, 0, logger)
+	keys := secretsource.New(secrets, p.Secret, 0, logger).Named("inbound envelope proof secret")
 	proof.Keys = keys
 	return proof, []initRead{{env: config.EnvInboundProofSecret, secret: p.Secret, read: func(ctx context.Context) error {
 		_, err := keys.Reload(ctx)

@@ -141,6 +141,11 @@ type Router struct {
 	// HTTP document counts (including those of the read at init, in the
 	// first document).
 	Secret SecretHealth
+	// ProofSecret, if set, is the inbound envelope proof's secret, which
+	// both functions read: its problems are counted with the other
+	// secret's in every document (signing_key_ignored where the document
+	// lists it, secret_refresh_failed in all).
+	ProofSecret SecretHealth
 	// InboundSecret, if set, is the inbound webhook sources' secret, whose
 	// failed re-reads each webhook document counts.
 	InboundSecret SecretHealth
@@ -277,10 +282,12 @@ func (r *Router) writeMetrics(ctx context.Context, source string, counts *emf.Co
 	if counts.Get(MetricEnvelopeUnproved) > 0 {
 		names = append(slices.Clone(names), MetricEnvelopeUnproved)
 	}
-	if secret != nil {
-		c := secret.TakeCounts()
-		counts.AddN(MetricSigningKeyIgnored, c.Ignored)
-		counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
+	for _, secret := range []SecretHealth{secret, r.ProofSecret} {
+		if secret != nil {
+			c := secret.TakeCounts()
+			counts.AddN(MetricSigningKeyIgnored, c.Ignored)
+			counts.AddN(MetricSecretRefreshFailed, c.RefreshFailed)
+		}
 	}
 	doc := emf.Document{
 		Namespace: MetricsNamespace, Dimensions: map[string]string{"FunctionName": r.Function, "Source": source},

@@ -432,6 +432,21 @@ func TestEMFCountsTheSigningSecretsProblems(t *testing.T) {
 	}
 }
 
+// The envelope proof's secret, which both functions read, has its
+// problems counted with the signing secret's.
+func TestEMFCountsTheProofSecretsProblems(t *testing.T) {
+	h := newHarness(t)
+	h.router.Secret = &secretCounts{secretsource.Counts{Ignored: 1}}
+	h.router.ProofSecret = &secretCounts{secretsource.Counts{Ignored: 1, RefreshFailed: 3}}
+	h.sqs(context.Background(), false, msg{id: "m1", body: bodyA})
+	var counts map[string]any
+	_ = json.Unmarshal([]byte(strings.TrimSpace(h.metrics.String())), &counts)
+	if counts[router.MetricSigningKeyIgnored] != 2.0 || counts[router.MetricSecretRefreshFailed] != 3.0 {
+		t.Errorf("%s %v, %s %v; want 2 and 3", router.MetricSigningKeyIgnored, counts[router.MetricSigningKeyIgnored],
+			router.MetricSecretRefreshFailed, counts[router.MetricSecretRefreshFailed])
+	}
+}
+
 // A payload with a member of an unexpected type gets the answer it always
 // got: an error in the same words where routing needs the member (the
 // API request, Records, requestContext), and its batch run where it does

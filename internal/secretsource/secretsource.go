@@ -85,6 +85,7 @@ type Counts struct {
 type Source struct {
 	api   API
 	id    string
+	name  string // what the log lines call it: "signing secret" unless Named
 	log   *slog.Logger
 	cache cache[[][]byte]
 
@@ -99,21 +100,28 @@ func New(api API, id string, refresh time.Duration, logger *slog.Logger) *Source
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Source{api: api, id: id, log: logger}
+	s := &Source{api: api, id: id, name: "signing secret", log: logger}
 	s.cache = newCache(refresh, s.readKeys)
 	s.cache.failed = func(ctx context.Context, err error, took, retryIn time.Duration, held bool) {
 		s.mu.Lock()
 		s.counts.RefreshFailed++
 		s.mu.Unlock()
-		msg := "signing secret not re-read; the keys read before stay in use"
+		msg := s.name + " not re-read; the keys read before stay in use"
 		if !held {
-			msg = "signing secret not read yet; deliveries go back to be retried until it is"
+			msg = s.name + " not read yet; deliveries go back to be retried until it is"
 		}
 		// How long the read ran and when the next one comes tell a slow
 		// Secrets Manager (or a timeout: the read's own) from a refused read.
 		s.log.WarnContext(ctx, msg, "secret", s.id, "error", err.Error(),
 			"took_ms", took.Milliseconds(), "retry_in", retryIn.String())
 	}
+	return s
+}
+
+// Named sets what the log lines call the secret (the default is "signing
+// secret"), and returns s. Call it before use.
+func (s *Source) Named(name string) *Source {
+	s.name = name
 	return s
 }
 
@@ -189,7 +197,7 @@ func (s *Source) readKeys(ctx context.Context) ([][]byte, error) {
 	s.mu.Unlock()
 	// Logged outside the lock: deliveries wait on it.
 	for _, ig := range ignored {
-		s.log.WarnContext(ctx, "signing secret version ignored: it is not a valid key; deliveries are signed with the valid versions only",
+		s.log.WarnContext(ctx, s.name+" version ignored: it is not a valid key; only the valid versions are used",
 			"secret", s.id, "stage", ig.stage, "error", ig.err.Error())
 	}
 	return keys, err
