@@ -25,11 +25,14 @@
 //     retry.DefaultThrottleErrorCodes (SQS's RequestThrottled among them),
 //     its retry.DefaultRetryableErrorCodes (the server timed out waiting for
 //     the request), any code that says it throttled (SQS's KmsThrottled),
-//     and DynamoDB's TransactionConflictException. This rule comes before
-//     the client-fault rule: the SDK models some throttling codes (SQS's
-//     RequestThrottled, KmsThrottled) as the client's fault.
+//     and DynamoDB's TransactionConflictException. So are expired
+//     credentials (ExpiredToken, ExpiredTokenException, RequestExpired):
+//     the request was refused unapplied, and fresh credentials (a new
+//     session, another execution environment) make the next attempt
+//     succeed. This rule comes before the client-fault rule: the SDK
+//     models these codes as the client's fault.
 //  3. A refusal a retry will not change is permanent: validation, access
-//     denied (KMS's too), not found, refused credentials, and any other
+//     denied (KMS's too), not found, missing or invalid credentials, and any other
 //     error the service marks as the client's fault or answers with a 4xx.
 //     So is a request the SDK refused to build (a missing parameter).
 //  4. The service's fault, a 5xx or a 429 is transient.
@@ -121,7 +124,7 @@ func verdict(err error) (c driver.Class, sent bool) {
 			// DynamoDB: the first send of this very transaction (the same
 			// ClientRequestToken) is still being applied.
 			return driver.ClassOutcomeUnknown, true
-		case isThrottle(code):
+		case isThrottle(code), expiredCodes[code]:
 			return driver.ClassTransient, false
 		case permanentCodes[code]:
 			return driver.ClassPermanent, false
@@ -188,8 +191,15 @@ var permanentCodes = map[string]bool{
 	"ResourceNotFoundException": true, "NotFound": true, "NotFoundException": true,
 	"QueueDoesNotExist": true, "AWS.SimpleQueueService.NonExistentQueue": true,
 	"UnrecognizedClientException": true, "InvalidClientTokenId": true, "InvalidSignatureException": true,
-	"MissingAuthenticationTokenException": true, "ExpiredToken": true, "ExpiredTokenException": true,
+	"MissingAuthenticationTokenException": true,
 }
+
+// expiredCodes say the request was refused, unapplied, because its
+// credentials had expired: a later attempt with fresh ones succeeds (a
+// long-lived process whose session ran out; another execution
+// environment), so they are transient, never a stored permanent failure
+// that would acknowledge the event.
+var expiredCodes = map[string]bool{"ExpiredToken": true, "ExpiredTokenException": true, "RequestExpired": true}
 
 // fromAWSCall reports whether err came out of an AWS SDK call.
 func fromAWSCall(err error) bool {

@@ -162,6 +162,15 @@ func TestRealSDKErrorsAreClassified(t *testing.T) {
 		{"DynamoDB TransactionConflictException", func(t *testing.T) error {
 			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#TransactionConflictException"}), nil))
 		}, transient, transient, false},
+		// Expired credentials: the request was refused unapplied, and a
+		// later attempt with fresh ones succeeds. Permanent would store
+		// the failure and acknowledge the event.
+		{"DynamoDB ExpiredTokenException", func(t *testing.T) error {
+			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#ExpiredTokenException"}), nil))
+		}, transient, transient, false},
+		{"SQS ExpiredToken", func(t *testing.T) error {
+			return sendMessage(context.Background(), config(server(t, reply{status: 400, typ: "ExpiredToken"}), nil))
+		}, transient, transient, false},
 		// The first send of the same transaction is still being applied.
 		{"DynamoDB TransactionInProgressException", func(t *testing.T) error {
 			return putItem(context.Background(), config(server(t, reply{status: 400, typ: "com.amazonaws.dynamodb.v20120810#TransactionInProgressException"}), nil))

@@ -92,6 +92,7 @@ func (s *Store) classify(op string, err error) error {
 	call := &CallError{Op: op, Table: s.table, Code: errorCode(err), Err: err}
 	switch awserr.Classify(err) {
 	case idem.ClassTransient:
+		call.Hint = s.hint(op, err) // expired credentials say so
 		return idem.Transient(call)
 	case idem.ClassOutcomeUnknown:
 		return idem.OutcomeUnknown(call)

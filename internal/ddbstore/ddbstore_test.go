@@ -405,7 +405,7 @@ func TestFaultsAreClassified(t *testing.T) {
 		{"lost-reply", idem.ClassOutcomeUnknown, "reset"},
 		{"400 ResourceNotFoundException", idem.ClassPermanent, "create it"},
 		{"400 AccessDeniedException", idem.ClassPermanent, "dynamodb:PutItem"},
-		{"400 ExpiredTokenException", idem.ClassPermanent, "refused the credentials"},
+		{"400 ExpiredTokenException", idem.ClassTransient, "refused the credentials"},
 		{"400 UnrecognizedClientException", idem.ClassPermanent, "missing, invalid or expired"},
 		{"400 ValidationException", idem.ClassPermanent, "key schema"},
 	}
