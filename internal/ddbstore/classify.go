@@ -112,7 +112,7 @@ func (s *Store) hint(op string, err error) string {
 	}
 	switch api.ErrorCode() {
 	case "ResourceNotFoundException":
-		return "the table does not exist: create it (the SAM template does) or fix IDEMPOTENCY_TABLE and the region"
+		return "the table does not exist: create it (the SAM templates do) or fix the table name given to the store (the ready function's IDEMPOTENCY_TABLE) and the region"
 	case "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
 		// The credentials themselves were refused: no permission would help.
 		return "dynamodb refused the credentials: they are missing, invalid or expired; check the credentials and the region"
